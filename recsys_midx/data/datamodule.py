@@ -1,0 +1,164 @@
+"""Lightning data module for sequential recommendation with a leave-one-out split."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from recsys_midx.data.pipeline import PreparedDataset
+from recsys_midx.data.sources.base import Source
+from recsys_midx.data.splits import LeaveOneOutSplit
+
+Batch = dict[str, Tensor]
+
+
+class _Rows(Dataset):
+    """Indexes users; batches are assembled in one vectorised collate call, not item by item."""
+
+    def __init__(self, num_rows: int) -> None:
+        self.num_rows = num_rows
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def __getitem__(self, row: int) -> int:
+        return row
+
+
+def _left_padded_windows(
+    items: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int
+) -> np.ndarray:
+    """The last ``width`` items of each ``items[start:end]``, left-padded with 0: ``[B, width]``."""
+    index = ends[:, None] - width + np.arange(width)[None, :]
+    return np.where(index >= starts[:, None], items[np.maximum(index, 0)], 0)
+
+
+class SeqRecDataModule(L.LightningDataModule):
+    """Serves training sequences and leave-one-out evaluation queries for one dataset.
+
+    Training batches hold every user's training sequence (its last ``max_len + 1`` items): each
+    position predicts the next item, so one sample per user trains all its prefixes at once.
+    Evaluation batches hold the last ``max_len`` items before the target, the target, and the
+    whole history before it (for excluding seen items from the ranking).
+
+    Args:
+        source: where the interactions come from (see :mod:`recsys_midx.data.sources`).
+        data_dir: root of raw downloads and the processed Parquet cache.
+        max_len: longest input sequence fed to the encoder.
+        batch_size: users per training batch.
+        eval_batch_size: users per evaluation batch.
+        num_workers: data loader worker processes (0 is usually fastest: collation is vectorised).
+
+    Raises:
+        ValueError: if ``max_len`` or a batch size is not positive.
+
+    Example:
+        >>> dm = SeqRecDataModule(Synthetic(num_users=100, num_items=50), "datasets", max_len=20)
+        >>> dm.prepare_data(); dm.setup("fit")
+        >>> batch = next(iter(dm.train_dataloader()))  # {"inputs": [B, 20], "targets": [B, 20]}
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        data_dir: str | Path,
+        max_len: int,
+        batch_size: int = 128,
+        eval_batch_size: int = 256,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        for name, value in (
+            ("max_len", max_len), ("batch_size", batch_size), ("eval_batch_size", eval_batch_size)
+        ):
+            if value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        self.source = source
+        self.data_dir = Path(data_dir)
+        self.max_len = max_len
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.num_workers = num_workers
+        self.dataset: PreparedDataset | None = None
+        self.split: LeaveOneOutSplit | None = None
+
+    def prepare_data(self) -> None:
+        self.source.prepare(self.data_dir)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.split is None:
+            self.dataset = self.source.prepare(self.data_dir)
+            self.split = LeaveOneOutSplit.from_interactions(
+                self.dataset.interactions, self.dataset.num_items
+            )
+
+    @property
+    def num_items(self) -> int:
+        return self._split.num_items
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        assert self.dataset is not None, "call setup() first"
+        return self.dataset.stats
+
+    @property
+    def item_counts(self) -> Tensor:
+        """``[N + 1]`` training-part frequency of each item (for popularity proposals)."""
+        return torch.from_numpy(self._split.train_item_counts())
+
+    @property
+    def _split(self) -> LeaveOneOutSplit:
+        if self.split is None:
+            raise RuntimeError("SeqRecDataModule.setup() must run before the data is used")
+        return self.split
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self._train_batch, self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(partial(self._eval_batch, holdout=2), self.eval_batch_size, False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(partial(self._eval_batch, holdout=1), self.eval_batch_size, False)
+
+    def _loader(
+        self, collate: Callable[[list[int]], Batch], batch_size: int, shuffle: bool
+    ) -> DataLoader:
+        return DataLoader(
+            _Rows(self._split.num_users),
+            batch_size=batch_size,
+            shuffle=shuffle,
+            collate_fn=collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def _train_batch(self, rows: list[int]) -> Batch:
+        split, index = self._split, np.asarray(rows)
+        starts, ends = split.offsets[index], split.offsets[index + 1] - 2
+        window = _left_padded_windows(split.items, starts, ends, self.max_len + 1)
+        return {
+            "inputs": torch.from_numpy(window[:, :-1]),
+            "targets": torch.from_numpy(window[:, 1:]),
+        }
+
+    def _eval_batch(self, rows: list[int], holdout: int) -> Batch:
+        """Collate for the target ``holdout`` items from the end (2: validation, 1: test)."""
+        split, index = self._split, np.asarray(rows)
+        starts, ends = split.offsets[index], split.offsets[index + 1] - holdout
+        history_width = int((ends - starts).max())
+        return {
+            "inputs": torch.from_numpy(_left_padded_windows(split.items, starts, ends, self.max_len)),
+            "targets": torch.from_numpy(split.items[ends]),
+            "history": torch.from_numpy(
+                _left_padded_windows(split.items, starts, ends, history_width)
+            ),
+        }

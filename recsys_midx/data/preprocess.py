@@ -1,0 +1,282 @@
+"""Turn a raw interaction frame into filtered, chronologically sorted interactions with dense ids.
+
+The steps run in a fixed order: rating threshold, de-duplication of (user, item) pairs, k-core
+filtering; then users and items get dense ids ``1..U`` and ``1..N`` (``0`` is padding) assigned in
+ascending order of their raw ids. Everything is vectorised (numpy/pandas), so tens of millions of
+rows take seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from recsys_midx.data.errors import DataError, EmptyDatasetError
+
+log = logging.getLogger(__name__)
+
+_DEDUP_POLICIES = ("keep", "first", "last")
+_QUANTILES = {"p25": 25, "p50": 50, "p75": 75, "p90": 90}
+
+
+@dataclass(frozen=True)
+class PreprocessSettings:
+    """How raw interactions are filtered.
+
+    Attributes:
+        min_rating: keep rows with ``rating >= min_rating``; None keeps every row (implicit
+            feedback) and then a rating column is not needed.
+        user_core: users need at least this many interactions (0 or 1 disables the filter).
+        item_core: items need at least this many interactions (0 or 1 disables the filter).
+        iterative_core: repeat the k-core filter until no user or item falls below its threshold
+            (the true k-core); False makes one pass, users first, then items.
+        dedup: repeated (user, item) pairs: ``"keep"`` them all, or keep only the ``"first"``
+            or ``"last"`` one in time.
+
+    Raises:
+        ValueError: on a negative core size or an unknown dedup policy.
+    """
+
+    min_rating: float | None = None
+    user_core: int = 5
+    item_core: int = 5
+    iterative_core: bool = True
+    dedup: str = "keep"
+
+    def __post_init__(self) -> None:
+        # Configs may give 4 for 4.0 (or "5" from a command line); normalise so that equal
+        # settings always hash to the same cache key.
+        if self.min_rating is not None:
+            object.__setattr__(self, "min_rating", float(self.min_rating))
+        object.__setattr__(self, "user_core", int(self.user_core))
+        object.__setattr__(self, "item_core", int(self.item_core))
+        if self.user_core < 0 or self.item_core < 0:
+            raise ValueError(
+                f"core sizes must be >= 0, got user_core={self.user_core}, "
+                f"item_core={self.item_core}"
+            )
+        if self.dedup not in _DEDUP_POLICIES:
+            raise ValueError(f"dedup must be one of {_DEDUP_POLICIES}, got {self.dedup!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a JSON-compatible dict."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, eq=False)
+class ProcessedData:
+    """The result of :func:`preprocess`.
+
+    Attributes:
+        interactions: ``user_id`` (int32, 1..U), ``item_id`` (int32, 1..N), ``timestamp``
+            (int64 seconds), ``rating`` (float32, NaN when the source has none); sorted by
+            ``user_id`` then ``timestamp``, ties in the order of the raw frame.
+        user_map: ``user_id`` (int32) -> ``raw_id`` (string), one row per user, by ``user_id``.
+        item_map: ``item_id`` (int32) -> ``raw_id`` (string), one row per item, by ``item_id``.
+        stats: sizes, density, sequence-length quantiles, rows left after each step, settings.
+    """
+
+    interactions: pd.DataFrame
+    user_map: pd.DataFrame
+    item_map: pd.DataFrame
+    stats: dict[str, Any]
+
+
+def preprocess(raw: pd.DataFrame, settings: PreprocessSettings) -> ProcessedData:
+    """Filter raw interactions and give users and items dense ids.
+
+    Args:
+        raw: columns ``user`` and ``item`` (ints or strings), ``timestamp`` (integer seconds) and
+            optionally ``rating`` (float).
+        settings: the filters to apply.
+
+    Returns:
+        The processed interactions, the id maps and statistics.
+
+    Raises:
+        DataError: a required column is missing, has missing values or the wrong type, or
+            ``min_rating`` is set but there is no rating column.
+        EmptyDatasetError: a step (named in the message) removed every interaction.
+
+    Example:
+        >>> raw = pd.DataFrame({"user": ["b", "a", "a"], "item": [10, 2, 10],
+        ...                     "timestamp": [5, 7, 3]})
+        >>> out = preprocess(raw, PreprocessSettings(user_core=0, item_core=0))
+        >>> out.interactions[["user_id", "item_id", "timestamp"]].values.tolist()
+        [[1, 2, 3], [1, 1, 7], [2, 2, 5]]
+    """
+    _check_columns(raw, settings)
+    steps: dict[str, int] = {"input": len(raw)}
+    if len(raw) == 0:
+        raise EmptyDatasetError("the raw source", 0)
+
+    # Work on integer codes; factorize(sort=True) numbers the raw ids in ascending order, so
+    # compacting the surviving codes later preserves that order in the final ids.
+    user_codes, user_raw = _codes(raw["user"])
+    item_codes, item_raw = _codes(raw["item"])
+    rows = {
+        "user": user_codes,
+        "item": item_codes,
+        "timestamp": raw["timestamp"].to_numpy(np.int64),
+        "rating": (raw["rating"].to_numpy(np.float32) if "rating" in raw.columns
+                   else np.full(len(raw), np.nan, dtype=np.float32)),
+    }
+
+    if settings.min_rating is not None:
+        # Compare in float32 like the stored ratings: 4.1 must pass min_rating=4.1.
+        rows = _keep(rows, rows["rating"] >= np.float32(settings.min_rating),
+                     f"rating filter (min_rating={settings.min_rating})")
+    steps["rating"] = len(rows["user"])
+
+    order = _chronological_order(rows["user"], rows["timestamp"])
+    rows = {name: column[order] for name, column in rows.items()}
+
+    if settings.dedup != "keep":
+        pairs = pd.Series(rows["user"] * np.int64(len(item_raw)) + rows["item"])
+        rows = _keep(rows, ~pairs.duplicated(keep=settings.dedup).to_numpy(),
+                     f"dedup (dedup={settings.dedup!r})")
+    steps["dedup"] = len(rows["user"])
+
+    core, passes = _k_core(rows["user"], rows["item"], len(user_raw), len(item_raw), settings)
+    rows = _keep(rows, core, _describe_core(settings))
+    steps["k_core"] = len(rows["user"])
+
+    user_id, user_map = _dense_ids(rows["user"], user_raw, "user_id")
+    item_id, item_map = _dense_ids(rows["item"], item_raw, "item_id")
+    interactions = pd.DataFrame({
+        "user_id": user_id,
+        "item_id": item_id,
+        "timestamp": rows["timestamp"],
+        "rating": rows["rating"],
+    })
+    stats = _stats(user_id, len(user_map), len(item_map), steps, passes, settings)
+    log.info(
+        "Preprocessed %d raw rows -> %d users, %d items, %d interactions",
+        steps["input"], stats["users"], stats["items"], stats["interactions"],
+    )
+    return ProcessedData(interactions, user_map, item_map, stats)
+
+
+def _check_columns(raw: pd.DataFrame, settings: PreprocessSettings) -> None:
+    """Raise a DataError describing the first problem with the raw frame's columns."""
+    missing = [c for c in ("user", "item", "timestamp") if c not in raw.columns]
+    if missing:
+        raise DataError(f"raw frame lacks column(s) {missing}; it has {list(raw.columns)}")
+    if settings.min_rating is not None and "rating" not in raw.columns:
+        raise DataError(
+            f"min_rating={settings.min_rating} needs a 'rating' column, but the raw frame has "
+            f"only {list(raw.columns)}"
+        )
+    if not pd.api.types.is_integer_dtype(raw["timestamp"]):
+        raise DataError(
+            f"'timestamp' must hold integer seconds, got dtype {raw['timestamp'].dtype}"
+        )
+    for column in ("user", "item", "timestamp"):
+        nulls = int(raw[column].isna().sum())
+        if nulls:
+            raise DataError(f"column {column!r} has {nulls} missing values")
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """Integer codes (int64) of a raw id column and the sorted unique raw ids they index."""
+    if pd.api.types.is_object_dtype(column) and pd.api.types.infer_dtype(column) == "integer":
+        column = column.astype(np.int64)
+    elif not (pd.api.types.is_numeric_dtype(column) or pd.api.types.is_string_dtype(column)):
+        # Mixed columns (e.g. ints and strings) cannot be sorted as they are; compare as text.
+        column = column.astype(str)
+    codes, uniques = pd.factorize(column, sort=True)
+    return codes.astype(np.int64, copy=False), pd.Index(uniques)
+
+
+def _chronological_order(users: np.ndarray, timestamps: np.ndarray) -> np.ndarray:
+    """Stable sort order by user, then timestamp: equal timestamps keep their row order."""
+    start = int(timestamps.min())
+    span = int(timestamps.max()) - start + 1
+    if (int(users.max()) + 1) * span < 2**63:
+        # A single int64 key sorts ~2x faster than lexsort's two passes, and the stable sort
+        # (timsort) is linear on the already sorted files many datasets ship.
+        return np.argsort(users * np.int64(span) + (timestamps - start), kind="stable")
+    return np.lexsort((timestamps, users))
+
+
+def _keep(rows: dict[str, np.ndarray], mask: np.ndarray, step: str) -> dict[str, np.ndarray]:
+    """The rows selected by ``mask``; EmptyDatasetError naming ``step`` if there are none."""
+    if not mask.any():
+        raise EmptyDatasetError(step, len(mask))
+    if mask.all():
+        return rows
+    return {name: column[mask] for name, column in rows.items()}
+
+
+def _describe_core(settings: PreprocessSettings) -> str:
+    mode = "iterative" if settings.iterative_core else "one pass"
+    return f"k-core filter (user_core={settings.user_core}, item_core={settings.item_core}, {mode})"
+
+
+def _k_core(
+    users: np.ndarray, items: np.ndarray, num_users: int, num_items: int,
+    settings: PreprocessSettings,
+) -> tuple[np.ndarray, int]:
+    """Mask of the rows that survive the k-core filter, and the number of passes it took.
+
+    One pass drops users below ``user_core``, then items below ``item_core`` among the remaining
+    rows. The iterative filter repeats passes until one removes nothing; the result (the largest
+    subset in which every user and item meets its threshold) does not depend on the order.
+    """
+    keep = np.ones(len(users), dtype=bool)
+    if settings.user_core <= 1 and settings.item_core <= 1:
+        return keep, 0
+    passes = 0
+    while True:
+        passes += 1
+        before = int(keep.sum())
+        for ids, size, core in ((users, num_users, settings.user_core),
+                                (items, num_items, settings.item_core)):
+            if core > 1:
+                counts = np.bincount(ids[keep], minlength=size)
+                keep &= counts[ids] >= core
+        if not settings.iterative_core or int(keep.sum()) in (before, 0):
+            return keep, passes
+
+
+def _dense_ids(
+    codes: np.ndarray, raw_ids: pd.Index, id_column: str
+) -> tuple[np.ndarray, pd.DataFrame]:
+    """Renumber the surviving codes 1..K (in code order, i.e. raw-id order) and build the map."""
+    present = np.flatnonzero(np.bincount(codes, minlength=len(raw_ids)))
+    lookup = np.zeros(len(raw_ids), dtype=np.int32)
+    lookup[present] = np.arange(1, len(present) + 1, dtype=np.int32)
+    mapping = pd.DataFrame({
+        id_column: np.arange(1, len(present) + 1, dtype=np.int32),
+        "raw_id": raw_ids[present].astype(str),
+    })
+    return lookup[codes], mapping
+
+
+def _stats(
+    user_id: np.ndarray, num_users: int, num_items: int, steps: dict[str, int], passes: int,
+    settings: PreprocessSettings,
+) -> dict[str, Any]:
+    """JSON-compatible statistics of the processed interactions."""
+    lengths = np.bincount(user_id, minlength=num_users + 1)[1:]
+    sequence_length: dict[str, float] = {"min": int(lengths.min())}
+    sequence_length.update(
+        {name: float(np.percentile(lengths, q)) for name, q in _QUANTILES.items()}
+    )
+    sequence_length.update({"max": int(lengths.max()), "mean": float(lengths.mean())})
+    interactions = len(user_id)
+    return {
+        "users": num_users,
+        "items": num_items,
+        "interactions": interactions,
+        "density": interactions / (num_users * num_items),
+        "sequence_length": sequence_length,
+        "rows_after_step": steps,
+        "core_passes": passes,
+        "settings": settings.to_dict(),
+    }

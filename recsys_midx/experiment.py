@@ -1,0 +1,138 @@
+"""One training run from a composed Hydra config: fit, test the best checkpoint, write results."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from recsys_midx.lit.callbacks import EpochLog
+
+log = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.json"
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train and test one configuration; returns (and writes) the content of ``results.json``.
+
+    Args:
+        cfg: a config composed from ``conf/`` (see ``conf/config.yaml``).
+
+    Returns:
+        The results: config, dataset stats, ``val/*`` and ``test/*`` metrics, best epoch, epochs
+        run, timings and peak memory.
+
+    Example:
+        >>> with hydra.initialize(config_path="conf", version_base="1.3"):
+        ...     results = train(hydra.compose("config", overrides=["sampler=uniform"]))
+    """
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    L.seed_everything(cfg.seed, workers=True)
+
+    datamodule = instantiate(cfg.task.datamodule)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    num_items = datamodule.num_items
+    module = instantiate(
+        cfg.task.module,
+        encoder=instantiate(cfg.model, num_items=num_items),
+        sampler=instantiate(cfg.sampler, num_items=num_items),
+        loss=instantiate(cfg.loss),
+    )
+    epoch_log = EpochLog(output_dir / "epochs.csv")
+    callbacks = [instantiate(c) for c in cfg.get("callbacks", {}).values()] + [epoch_log]
+    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule)
+    train_wall_seconds = time.perf_counter() - start
+    # Testing restores callback states from the best checkpoint: keep the full epoch log first.
+    epochs = list(epoch_log.rows)
+    test_metrics = trainer.test(module, datamodule=datamodule, ckpt_path="best", verbose=False)[0]
+
+    monitor = cfg.task.monitor
+    best = EpochLog.best_row(epochs, monitor) or {}
+    results = {
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "dataset": datamodule.stats,
+        "metrics": {
+            **{k: v for k, v in best.items() if k.startswith("val/")},
+            **{k: float(v) for k, v in test_metrics.items()},
+        },
+        "best_epoch": int(best["epoch"]) if best else None,
+        "epochs_run": len(epochs),
+        "train_wall_seconds": train_wall_seconds,
+        "seconds_per_epoch": _mean([row["train_seconds"] for row in epochs]),
+        "peak_memory_mb": _peak_memory_mb(),
+        "best_checkpoint": trainer.checkpoint_callback.best_model_path
+        if trainer.checkpoint_callback else None,
+        "output_dir": str(output_dir),
+    }
+    if trainer.is_global_zero:
+        path = _write_json(output_dir / RESULTS_FILE, results)
+        _print_summary(results, path)
+    return results
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _peak_memory_mb() -> dict[str, float]:
+    # ru_maxrss is in KiB on Linux and in bytes on macOS.
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = {"cpu_rss": rss / (1024**2 if sys.platform == "darwin" else 1024)}
+    if torch.cuda.is_available():
+        peak["cuda_allocated"] = torch.cuda.max_memory_allocated() / 1024**2
+    return peak
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> Path:
+    """Write atomically: a reader never sees a half-written results file."""
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
+        json.dump(payload, handle, indent=2, default=str)
+    os.replace(handle.name, path)
+    return path
+
+
+def _print_summary(results: dict[str, Any], path: Path) -> None:
+    table = Table(title="Full-ranking metrics (best checkpoint)")
+    table.add_column("metric")
+    table.add_column("validation", justify="right")
+    table.add_column("test", justify="right")
+    metrics = results["metrics"]
+    names = sorted({key.split("/", 1)[1] for key in metrics}, key=_metric_order)
+    for name in names:
+        table.add_row(
+            name, *(f"{metrics[f'{split}/{name}']:.4f}" if f"{split}/{name}" in metrics else "-"
+                    for split in ("val", "test"))
+        )
+    console = Console()
+    console.print(table)
+    console.print(
+        f"best epoch {results['best_epoch']} of {results['epochs_run']}, "
+        f"{results['train_wall_seconds']:.1f} s training, "
+        f"{results['seconds_per_epoch'] or 0:.2f} s/epoch"
+    )
+    console.print(f"results: {path}")
+
+
+def _metric_order(name: str) -> tuple[str, int]:
+    metric, _, k = name.partition("@")
+    return metric, int(k) if k.isdigit() else 0

@@ -1,0 +1,82 @@
+"""Sampled softmax with the logQ correction and accidental-hit masking."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .full_softmax import check_scoring_inputs, compute_dtype
+
+
+def _check_negatives(
+    query: Tensor, neg_ids: Tensor, neg_log_q: Tensor, pos_log_q: Tensor
+) -> None:
+    num_queries = query.shape[0]
+    if neg_ids.is_floating_point() or neg_ids.dtype == torch.bool:
+        raise ValueError(f"neg_ids must be integer ids, got {neg_ids.dtype}")
+    if neg_ids.dim() != 2 or neg_ids.shape[0] != num_queries:
+        raise ValueError(f"neg_ids must have shape [{num_queries}, M], got {tuple(neg_ids.shape)}")
+    if neg_log_q.shape != neg_ids.shape:
+        raise ValueError(
+            f"neg_log_q must have the shape of neg_ids {tuple(neg_ids.shape)}, "
+            f"got {tuple(neg_log_q.shape)}"
+        )
+    if tuple(pos_log_q.shape) != (num_queries,):
+        raise ValueError(f"pos_log_q must have shape [{num_queries}], got {tuple(pos_log_q.shape)}")
+
+
+def sampled_softmax_loss(
+    query: Tensor,
+    item_emb: Tensor,
+    targets: Tensor,
+    neg_ids: Tensor,
+    neg_log_q: Tensor,
+    pos_log_q: Tensor,
+) -> Tensor:
+    """Per-query sampled-softmax cross-entropy with the logQ correction.
+
+    With scores ``s(i) = query . item_emb[i]`` the corrected logits are ``o_p = s(p) - log q(p)``
+    for the target and ``o_j = s(n_j) - log q(n_j)`` for the negatives, and
+    ``loss = logsumexp(o_p, o_1..o_M) - o_p``. Negatives equal to the query's own target
+    (accidental hits) are masked to ``-inf``: they would otherwise count the positive twice.
+    Computed in float32 (float64 inputs stay float64) whatever the input precision.
+
+    Args:
+        query: ``[Q, D]`` query vectors (already divided by any temperature).
+        item_emb: ``[N+1, D]`` item table, row 0 padding.
+        targets: ``[Q]`` target ids in ``1..N``.
+        neg_ids: ``[Q, M]`` negative ids in ``1..N``.
+        neg_log_q: ``[Q, M]`` normalised ``log q`` of the negatives under the proposal.
+        pos_log_q: ``[Q]`` normalised ``log q`` of the targets under the same proposal.
+
+    Returns:
+        ``[Q]`` losses.
+
+    Raises:
+        ValueError: on malformed shapes or targets outside ``1..N``.
+
+    Example:
+        With the whole catalog (N = 3) as negatives and ``q = 1/N``, the loss is the exact
+        cross-entropy:
+
+        >>> query, item_emb, targets = torch.randn(2, 8), torch.randn(4, 8), torch.tensor([1, 3])
+        >>> neg_ids = torch.tensor([[1, 2, 3], [1, 2, 3]])
+        >>> log_q = torch.full((2, 3), -torch.log(torch.tensor(3.0)).item())
+        >>> loss = sampled_softmax_loss(query, item_emb, targets, neg_ids, log_q, log_q[:, 0])
+        >>> exact = F.cross_entropy(query @ item_emb[1:].T, targets - 1, reduction="none")
+        >>> torch.allclose(loss, exact, atol=1e-5)
+        True
+    """
+    check_scoring_inputs(query, item_emb, targets)
+    _check_negatives(query, neg_ids, neg_log_q, pos_log_q)
+    dtype = compute_dtype(query, item_emb)
+    query = query.to(dtype)
+    # Gather rows first and cast only those: casting the table would copy all N rows every step.
+    pos_emb = F.embedding(targets, item_emb).to(dtype)
+    neg_emb = F.embedding(neg_ids, item_emb).to(dtype)
+    pos_logits = (query * pos_emb).sum(dim=1) - pos_log_q.to(dtype)
+    neg_logits = torch.einsum("qd,qmd->qm", query, neg_emb) - neg_log_q.to(dtype)
+    neg_logits = neg_logits.masked_fill(neg_ids == targets[:, None], float("-inf"))
+    logits = torch.cat([pos_logits[:, None], neg_logits], dim=1)
+    return torch.logsumexp(logits, dim=1) - pos_logits

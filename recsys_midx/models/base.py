@@ -1,0 +1,71 @@
+"""The encoder interface: a batch of item sequences in, one query vector per position out."""
+
+from __future__ import annotations
+
+import abc
+
+import torch
+from torch import Tensor, nn
+
+
+class SequenceEncoder(nn.Module, abc.ABC):
+    """Base class of sequential encoders that share one item table between input and output.
+
+    The table has ``N + 1`` rows; row ``0`` is padding (kept at zero by ``padding_idx``). The same
+    rows embed the input items and score the candidate items, so the objective and the evaluation
+    read :attr:`item_table` instead of keeping a second output matrix.
+
+    Args:
+        num_items: ``N``, the number of real items.
+        dim: ``D``, the size of item embeddings and query vectors.
+        max_len: the longest input sequence the encoder accepts (older items are cut off by the
+            data module).
+
+    Raises:
+        ValueError: if any size is not positive.
+    """
+
+    def __init__(self, num_items: int, dim: int, max_len: int) -> None:
+        super().__init__()
+        for name, value in (("num_items", num_items), ("dim", dim), ("max_len", max_len)):
+            if value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        self.num_items = num_items
+        self.dim = dim
+        self.max_len = max_len
+        self.item_emb = nn.Embedding(num_items + 1, dim, padding_idx=0)
+
+    @property
+    def item_table(self) -> Tensor:
+        """The shared item table ``[N+1, D]`` (row 0 is padding)."""
+        return self.item_emb.weight
+
+    @abc.abstractmethod
+    def forward(self, item_seq: Tensor) -> Tensor:
+        """Encode left-padded sequences.
+
+        Args:
+            item_seq: ``[B, L]`` item ids, ``0`` for padding on the left, ``L <= max_len``.
+
+        Returns:
+            ``[B, L, D]`` query vectors; position ``t`` summarises items ``0..t`` and predicts the
+            item at ``t + 1``.
+        """
+
+    def _check_input(self, item_seq: Tensor) -> None:
+        if item_seq.dim() != 2:
+            raise ValueError(f"item_seq must be [batch, length], got shape {tuple(item_seq.shape)}")
+        if item_seq.shape[1] > self.max_len:
+            raise ValueError(
+                f"sequence length {item_seq.shape[1]} exceeds max_len={self.max_len}"
+            )
+
+    @torch.no_grad()
+    def _init_normal(self, std: float) -> None:
+        """Small normal weights keep initial logits near zero; biases and norms stay default."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=std)
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        self.item_emb.weight[0].zero_()

@@ -1,0 +1,143 @@
+"""Uniform sampler over the catalog, and the input checks and random-integer source that the
+query-independent samplers share."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .base import Sampler
+
+#: Random integers are drawn from ``[0, 2**62)``. ``torch.randint`` reduces its random words modulo
+#: the requested range, which biases ranges that do not divide ``2**32`` (or ``2**64``); a
+#: power-of-two range is exact, and reducing it further modulo ``N`` leaves a bias of at most
+#: ``N / 2**62`` instead of ``N / 2**32`` (already 0.1% at five million items).
+RANDOM_RANGE = 1 << 62
+
+
+def random_int62(
+    shape: tuple[int, ...], device: torch.device, generator: torch.Generator | None = None
+) -> Tensor:
+    """Independent uniform int64 integers in ``[0, RANDOM_RANGE)``.
+
+    Args:
+        shape: output shape.
+        device: device of the output.
+        generator: optional random generator (on ``device``) for reproducible draws.
+
+    Returns:
+        An int64 tensor of ``shape``.
+    """
+    return torch.randint(0, RANDOM_RANGE, shape, device=device, generator=generator)
+
+
+def check_query(query: Tensor) -> None:
+    """Raise ``ValueError`` unless ``query`` is a ``[Q, D]`` floating-point tensor."""
+    if query.dim() != 2:
+        raise ValueError(f"query must have shape [Q, D], got {tuple(query.shape)}")
+    if not query.is_floating_point():
+        raise ValueError(f"query must be floating point, got {query.dtype}")
+
+
+def check_num_samples(num_samples: int) -> None:
+    """Raise ``ValueError`` unless ``num_samples`` is a positive integer."""
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+
+
+def check_ids(query: Tensor, ids: Tensor, num_items: int) -> None:
+    """Check ids passed to :meth:`Sampler.log_prob`.
+
+    Id ``0`` (padding) is accepted, since it has a well-defined probability of zero; anything
+    outside ``0..N`` is an error.
+
+    Raises:
+        ValueError: if ``ids`` is not an integer tensor ``[Q, ...]`` on the device of ``query``
+            with values in ``0..num_items``.
+    """
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"ids must be an integer tensor, got {ids.dtype}")
+    if ids.dim() < 1 or ids.shape[0] != query.shape[0]:
+        raise ValueError(
+            f"ids must have shape [Q, ...] with Q={query.shape[0]} (from query), "
+            f"got {tuple(ids.shape)}"
+        )
+    if ids.device != query.device:
+        raise ValueError(f"ids are on {ids.device} but query is on {query.device}")
+    if ids.numel() and bool(((ids < 0) | (ids > num_items)).any()):
+        raise ValueError(f"ids must lie in 0..{num_items}")
+
+
+def uniform_log_prob(ids: Tensor, num_items: int) -> Tensor:
+    """``log q`` of the uniform distribution over ``1..N``: ``-log N``, and ``-inf`` for padding.
+
+    Args:
+        ids: integer tensor of ids in ``0..N``.
+        num_items: ``N``.
+
+    Returns:
+        float32 tensor shaped like ``ids``.
+    """
+    log_q = torch.full(ids.shape, -math.log(num_items), dtype=torch.float32, device=ids.device)
+    return log_q.masked_fill_(ids == 0, float("-inf"))
+
+
+class UniformSampler(Sampler):
+    """Draws negatives uniformly from ``1..N``, independently of the query: ``q(i) = 1/N``.
+
+    Args:
+        num_items: ``N``, the number of real items.
+        num_negatives: ``M``, negatives the objective draws per query.
+
+    Raises:
+        ValueError: see :class:`Sampler`.
+
+    Example:
+        >>> sampler = UniformSampler(num_items=1000, num_negatives=20)
+        >>> ids, log_q = sampler.sample(torch.randn(8, 16), 20)
+        >>> ids.shape, bool((log_q == -math.log(1000)).all())
+        (torch.Size([8, 20]), True)
+    """
+
+    @torch.no_grad()
+    def sample(
+        self, query: Tensor, num_samples: int, *, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Draw ``num_samples`` ids per query uniformly from ``1..N``, with replacement.
+
+        Args:
+            query: ``[Q, D]`` scaled queries; only their number and device are used.
+            num_samples: ``M``, ids drawn per query.
+            generator: optional random generator on the device of ``query``.
+
+        Returns:
+            ``ids`` ``[Q, M]`` (int64, in ``1..N``) and ``log_q`` ``[Q, M]`` (float32, ``-log N``).
+
+        Raises:
+            ValueError: if ``query`` is not ``[Q, D]`` or ``num_samples < 1``.
+        """
+        check_query(query)
+        check_num_samples(num_samples)
+        words = random_int62((query.shape[0], num_samples), query.device, generator)
+        ids = words.remainder_(self.num_items).add_(1)
+        return ids, uniform_log_prob(ids, self.num_items)
+
+    @torch.no_grad()
+    def log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
+        """``log q(ids)``: ``-log N`` for ids in ``1..N``, ``-inf`` for padding id ``0``.
+
+        Args:
+            query: ``[Q, D]`` scaled queries.
+            ids: ``[Q, ...]`` integer ids in ``0..N``.
+
+        Returns:
+            float32 tensor shaped like ``ids``.
+
+        Raises:
+            ValueError: on malformed ``query`` or ``ids`` (see :func:`check_ids`).
+        """
+        check_query(query)
+        check_ids(query, ids, self.num_items)
+        return uniform_log_prob(ids, self.num_items)

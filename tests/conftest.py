@@ -1,0 +1,48 @@
+"""Shared test helpers: compose the real Hydra configs for tiny, fast runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = ROOT / "conf"
+
+#: Overrides that make a whole train + test run take a few seconds.
+TINY_RUN = (
+    "dataset.num_users=120",
+    "dataset.num_items=80",
+    "model.dim=16",
+    "model.max_len=12",
+    "trainer.max_epochs=2",
+    "trainer.accelerator=cpu",
+    "task.datamodule.batch_size=32",
+    "callbacks.progress_bar.refresh_rate=0",
+)
+
+
+def sampler_overrides(sampler: str) -> list[str]:
+    """Select ``sampler``; sampled ones draw 20 negatives (the tiny catalog has < 80 items)."""
+    return [f"sampler={sampler}"] + ([] if sampler == "full" else ["sampler.num_negatives=20"])
+
+
+@pytest.fixture
+def compose_config(tmp_path: Path) -> Callable[..., DictConfig]:
+    """Compose ``conf/config.yaml`` with overrides; outputs and data go under ``tmp_path``."""
+
+    def _compose(overrides: Sequence[str] = ()) -> DictConfig:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(
+                "config",
+                overrides=[
+                    f"paths.output_dir={tmp_path / 'run'}",
+                    f"paths.data_dir={tmp_path / 'data'}",
+                    *overrides,
+                ],
+            )
+
+    return _compose

@@ -1,0 +1,84 @@
+"""End to end: the real configs composed through Hydra train, test and write results."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, TINY_RUN, sampler_overrides
+from recsys_midx.experiment import train
+
+SAMPLERS = {"full": "FullSampler", "uniform": "UniformSampler", "popularity": "PopularitySampler"}
+
+
+@pytest.mark.parametrize("model", ["sasrec", "gru4rec"])
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+def test_every_sampler_and_model_trains_and_tests(compose_config, tmp_path, sampler, model):
+    cfg = compose_config([*TINY_RUN, *sampler_overrides(sampler), f"model={model}"])
+    results = train(cfg)
+
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["metrics"] == pytest.approx(results["metrics"])
+    for split in ("val", "test"):
+        for metric in ("hr", "ndcg", "mrr"):
+            for k in (10, 20):
+                assert 0.0 <= saved["metrics"][f"{split}/{metric}@{k}"] <= 1.0
+    assert saved["config"]["sampler"]["_target_"].endswith(SAMPLERS[sampler])
+    assert saved["epochs_run"] == 2
+    assert saved["best_epoch"] in (0, 1)
+    assert saved["dataset"]["items"] <= 80
+    assert saved["seconds_per_epoch"] > 0
+    assert saved["peak_memory_mb"]["cpu_rss"] > 0
+    with (tmp_path / "run" / "epochs.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(float(row["epoch"])) for row in rows] == [0, 1]
+    assert all(float(row["train/loss"]) > 0 and "val/ndcg@10" in row for row in rows)
+    assert Path(saved["best_checkpoint"]).is_file()
+
+
+def _run_train(*overrides: str, multirun: bool = False) -> subprocess.CompletedProcess:
+    command = [sys.executable, "train.py", *(["-m"] if multirun else []), *overrides]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_train_py_writes_everything_under_hydra_run_dir(tmp_path):
+    run_dir = tmp_path / "chosen"
+    done = _run_train(
+        *TINY_RUN, *sampler_overrides("uniform"), "trainer.max_epochs=1",
+        f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run_dir}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (run_dir / "results.json").is_file()
+    assert (run_dir / "epochs.csv").is_file()
+    assert any((run_dir / "checkpoints").glob("best-*.ckpt"))
+    assert str(run_dir / "results.json") in done.stdout.replace("\n", "")
+    assert "ndcg@10" in done.stdout
+
+
+def test_multirun_sweeps_samplers(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    done = _run_train(
+        *TINY_RUN, "trainer.max_epochs=1", f"paths.data_dir={tmp_path / 'data'}",
+        "sampler=uniform,popularity", "sampler.num_negatives=20", f"hydra.sweep.dir={sweep_dir}",
+        multirun=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    samplers = {
+        json.loads(path.read_text())["config"]["sampler"]["_target_"].rsplit(".", 1)[1]
+        for path in sweep_dir.glob("*/results.json")
+    }
+    assert samplers == {"UniformSampler", "PopularitySampler"}
+
+
+def test_unknown_sampler_lists_the_valid_options(tmp_path):
+    done = _run_train("sampler=nope", f"hydra.run.dir={tmp_path}")
+    assert done.returncode != 0
+    message = done.stderr + done.stdout
+    assert "Could not find 'sampler/nope'" in message
+    for option in ("full", "uniform", "popularity"):
+        assert option in message
