@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from recsys_midx.lit.callbacks import EpochLog
+from recsys_midx.lit.callbacks import EpochLog, SamplerRefresh
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     start = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
     train_wall_seconds = time.perf_counter() - start
-    # Testing restores callback states from the best checkpoint: keep the full epoch log first.
+    # Testing restores callback states from the best checkpoint: keep the full logs first.
     epochs = list(epoch_log.rows)
+    refreshes = [row for c in callbacks if isinstance(c, SamplerRefresh) for row in c.history]
     test_metrics = trainer.test(module, datamodule=datamodule, ckpt_path="best", verbose=False)[0]
 
     monitor = cfg.task.monitor
@@ -80,6 +81,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "train_wall_seconds": train_wall_seconds,
         "seconds_per_epoch": _mean([row["train_seconds"] for row in epochs]),
         "peak_memory_mb": _peak_memory_mb(),
+        "sampler": _sampler_summary(refreshes),
         "best_checkpoint": trainer.checkpoint_callback.best_model_path
         if trainer.checkpoint_callback else None,
         "output_dir": str(output_dir),
@@ -92,6 +94,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def _sampler_summary(refreshes: list[dict[str, float]]) -> dict[str, Any]:
+    """Refresh count and time, and the proposal's divergence at the first and last build."""
+    seconds = [row["sampler/refresh_seconds"] for row in refreshes if "sampler/refresh_seconds" in row]
+    diagnosed = [row for row in refreshes if "sampler/kl" in row]
+    return {
+        "refreshes": len(seconds),
+        "refresh_seconds_mean": _mean(seconds),
+        "kl_first": diagnosed[0]["sampler/kl"] if diagnosed else None,
+        "kl_last": diagnosed[-1]["sampler/kl"] if diagnosed else None,
+        "ess_fraction_last": diagnosed[-1]["sampler/ess_fraction"] if diagnosed else None,
+    }
 
 
 def _peak_memory_mb() -> dict[str, float]:

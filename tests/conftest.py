@@ -26,8 +26,13 @@ TINY_RUN = (
 
 
 def sampler_overrides(sampler: str) -> list[str]:
-    """Select ``sampler``; sampled ones draw 20 negatives (the tiny catalog has < 80 items)."""
-    return [f"sampler={sampler}"] + ([] if sampler == "full" else ["sampler.num_negatives=20"])
+    """Select ``sampler`` sized for the tiny catalog (< 80 items): 20 negatives, 8 codewords."""
+    overrides = [f"sampler={sampler}"]
+    if sampler != "full":
+        overrides.append("sampler.num_negatives=20")
+    if sampler.startswith("midx"):
+        overrides.append("sampler.num_codewords=8")
+    return overrides
 
 
 @pytest.fixture

@@ -7,9 +7,16 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
-from recsys_midx.samplers import FullSampler, PopularitySampler, Sampler, UniformSampler
+from goodness_of_fit import chi_square_pvalue
+
+from recsys_midx.samplers import (
+    FullSampler,
+    InBatchSampler,
+    PopularitySampler,
+    Sampler,
+    UniformSampler,
+)
 
 NUM_ITEMS = 300
 DIM = 8
@@ -47,12 +54,8 @@ def _draw(sampler: Sampler, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _gof_pvalue(ids: torch.Tensor, probabilities: np.ndarray) -> float:
-    """Chi-square goodness-of-fit p-value of drawn ids (1..N) against probabilities q(1..N)."""
-    observed = np.bincount(ids.flatten().numpy(), minlength=len(probabilities) + 1)
-    assert observed[0] == 0, "padding id drawn"
-    expected = probabilities / probabilities.sum() * ids.numel()
-    assert expected.min() >= 5, "chi-square needs >= 5 expected draws per item"
-    return float(chisquare(observed[1:], expected).pvalue)
+    """Goodness of fit of all draws pooled (the samplers ignore the query)."""
+    return chi_square_pvalue(ids.reshape(1, -1), torch.from_numpy(probabilities)[None])
 
 
 # --- distributions --------------------------------------------------------------------------
@@ -95,11 +98,47 @@ def test_popularity_zero_weight_items_are_never_drawn() -> None:
 
 # --- protocol ---------------------------------------------------------------------------------
 
+def _batch_targets() -> torch.Tensor:
+    """Every item once, plus skewed repeats: a batch whose in-batch proposal covers 1..N."""
+    return torch.cat([torch.arange(1, NUM_ITEMS + 1), torch.arange(1, 31).repeat_interleave(10)])
+
+
+def _inbatch() -> InBatchSampler:
+    sampler = InBatchSampler(NUM_ITEMS, num_negatives=10)
+    sampler.observe_targets(_batch_targets())
+    return sampler
+
+
 SAMPLERS = {
     "uniform": lambda: UniformSampler(NUM_ITEMS, num_negatives=10),
     "popularity": _popularity,
     "full": lambda: FullSampler(NUM_ITEMS),
+    "inbatch": _inbatch,
 }
+
+
+def test_inbatch_frequencies_match_batch_target_frequencies() -> None:
+    sampler = _inbatch()
+    ids, _ = _draw(sampler)
+    counts = torch.bincount(_batch_targets(), minlength=NUM_ITEMS + 1)[1:].double().numpy()
+    np.testing.assert_allclose(_probabilities(sampler), counts / counts.sum(), rtol=1e-5)
+    assert _gof_pvalue(ids, _probabilities(sampler)) > 1e-3
+    assert _gof_pvalue(ids, _probabilities(UniformSampler(NUM_ITEMS, 10))) < 1e-6
+
+
+def test_inbatch_falls_back_to_item_frequency_and_never_draws_unseen_items() -> None:
+    sampler = InBatchSampler(NUM_ITEMS, num_negatives=10)
+    with pytest.raises(RuntimeError, match="observe_targets"):
+        sampler.sample(torch.randn(2, DIM), 3)
+    counts = _skewed_counts()
+    sampler.update(torch.zeros(NUM_ITEMS + 1, DIM), counts)
+    ids, _ = _draw(sampler)
+    assert not bool(torch.isin(ids, torch.nonzero(counts == 0).flatten()).any())
+    expected = counts[1:].double().numpy()
+    np.testing.assert_allclose(_probabilities(sampler), expected / expected.sum(), rtol=1e-5)
+    assert _gof_pvalue(ids, expected) > 1e-3
+    with pytest.raises(ValueError, match="1..300"):
+        sampler.observe_targets(torch.tensor([0, 1]))
 
 
 @pytest.fixture(params=sorted(SAMPLERS))

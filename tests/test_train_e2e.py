@@ -13,7 +13,16 @@ import pytest
 from conftest import ROOT, TINY_RUN, sampler_overrides
 from recsys_midx.experiment import train
 
-SAMPLERS = {"full": "FullSampler", "uniform": "UniformSampler", "popularity": "PopularitySampler"}
+SAMPLERS = {
+    "full": "FullSampler",
+    "uniform": "UniformSampler",
+    "popularity": "PopularitySampler",
+    "inbatch": "InBatchSampler",
+    "midx": "MIDXSampler",
+    "midx_pop": "MIDXSampler",
+    "midx_rq": "MIDXSampler",
+    "midx_exact": "MIDXSampler",
+}
 
 
 @pytest.mark.parametrize("model", ["sasrec", "gru4rec"])

@@ -10,6 +10,9 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from torch import Tensor
+
+from recsys_midx.samplers import proposal_divergence
 
 
 class EpochLog(Callback):
@@ -98,3 +101,88 @@ class EpochLog(Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.rows = list(state_dict["rows"])
+
+
+class SamplerRefresh(Callback):
+    """Rebuilds the module's sampler from the live item table on the sampler's own schedule.
+
+    The schedule is read from the sampler (``refresh_every_n_steps``, ``refresh_every_n_epochs``;
+    samplers without them, whose proposal does not follow the item table, are built once at the
+    start of training). Each rebuild is timed, and the proposal (of a sampler that samples) is
+    compared with the softmax it
+    approximates (KL and effective sample size, see
+    :func:`~recsys_midx.samplers.proposal_divergence`) on a fixed set of validation queries.
+    Metrics go to the loggers as ``sampler/refresh_seconds``, ``sampler/kl``,
+    ``sampler/ess_fraction``; :attr:`history` keeps them for the run's results.
+
+    Refreshes happen at the start of an epoch or a step, never at its end, so a run resumed from
+    a checkpoint taken at the end of an epoch rebuilds at the same points as an uninterrupted one.
+
+    Args:
+        diagnostic_queries: validation queries the proposal is compared on (0 disables the
+            comparison, which costs a full pass over the catalog for those queries).
+
+    Raises:
+        ValueError: if ``diagnostic_queries < 0``.
+
+    Example:
+        >>> trainer = L.Trainer(callbacks=[SamplerRefresh(diagnostic_queries=256)])
+    """
+
+    def __init__(self, diagnostic_queries: int = 256) -> None:
+        if diagnostic_queries < 0:
+            raise ValueError(f"diagnostic_queries must be >= 0, got {diagnostic_queries}")
+        self.diagnostic_queries = diagnostic_queries
+        self.history: list[dict[str, float]] = []
+        self._batch: dict[str, Tensor] | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.diagnostic_queries and trainer.datamodule is not None:
+            batch = next(iter(trainer.datamodule.val_dataloader()))
+            self._batch = {name: value[: self.diagnostic_queries] for name, value in batch.items()}
+        if not self.history:  # the build done when fitting started
+            self._diagnose(trainer, pl_module, refresh_seconds=None)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        every = getattr(pl_module.sampler, "refresh_every_n_epochs", 0)
+        if every and trainer.current_epoch > 0 and trainer.current_epoch % every == 0:
+            self._refresh(trainer, pl_module)
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        every = getattr(pl_module.sampler, "refresh_every_n_steps", 0)
+        if every and trainer.global_step > 0 and trainer.global_step % every == 0:
+            self._refresh(trainer, pl_module)
+
+    def _refresh(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        start = time.perf_counter()
+        pl_module.refresh_sampler()
+        self._diagnose(trainer, pl_module, refresh_seconds=time.perf_counter() - start)
+
+    def _diagnose(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, refresh_seconds: float | None
+    ) -> None:
+        metrics = {"step": float(trainer.global_step), "epoch": float(trainer.current_epoch)}
+        if refresh_seconds is not None:
+            metrics["sampler/refresh_seconds"] = refresh_seconds
+        if self._batch is not None and not pl_module.sampler.exhaustive:
+            divergence = proposal_divergence(
+                pl_module.sampler,
+                pl_module.proposal_queries(self._batch),
+                pl_module.encoder.item_table.detach().float(),
+            )
+            metrics["sampler/kl"] = divergence["kl"]
+            metrics["sampler/ess_fraction"] = divergence["ess_fraction"]
+        self.history.append(metrics)
+        for logger in trainer.loggers:
+            logger.log_metrics(
+                {k: v for k, v in metrics.items() if k.startswith("sampler/")},
+                step=trainer.global_step,
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = list(state_dict["history"])

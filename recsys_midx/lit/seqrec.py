@@ -59,11 +59,30 @@ class SeqRecModule(L.LightningModule):
         self.test_metrics = RankingMetrics(ks)
 
     def on_fit_start(self) -> None:
+        # A resumed run restores the sampler from its checkpoint: rebuilding it here would give
+        # a different proposal from the one the interrupted run was using.
+        if self.trainer.ckpt_path is None:
+            self.refresh_sampler()
+
+    @torch.no_grad()
+    def refresh_sampler(self) -> None:
+        """Rebuild the sampler from the live item table and the training item counts."""
         counts = getattr(self.trainer.datamodule, "item_counts", None)
         self.sampler.update(
             self.encoder.item_table.detach().float(),
             None if counts is None else counts.to(self.device),
         )
+
+    @torch.no_grad()
+    def proposal_queries(self, batch: dict[str, Tensor]) -> Tensor:
+        """The scaled queries ``z`` the sampler sees for an evaluation batch (dropout off)."""
+        was_training = self.encoder.training
+        self.encoder.eval()
+        try:
+            queries = self.encoder(batch["inputs"].to(self.device))[:, -1]
+        finally:
+            self.encoder.train(was_training)
+        return queries.float() / self.loss.temperature
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         inputs, targets = batch["inputs"], batch["targets"]

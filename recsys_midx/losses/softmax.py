@@ -69,6 +69,7 @@ class SoftmaxLoss(torch.nn.Module):
             return full_softmax_loss(z, item_emb, targets, self.chunk_size).mean()
         with torch.no_grad():
             proposal_query = z.detach().float()
+            sampler.observe_targets(targets)
             neg_ids, neg_log_q = sampler.sample(proposal_query, sampler.num_negatives)
             pos_log_q = sampler.log_prob(proposal_query, targets[:, None])[:, 0]
         return sampled_softmax_loss(z, item_emb, targets, neg_ids, neg_log_q, pos_log_q).mean()

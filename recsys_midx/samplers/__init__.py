@@ -1,8 +1,19 @@
 """Negative samplers: the :class:`Sampler` protocol and its implementations."""
 
 from .base import Sampler
+from .diagnostics import proposal_divergence
 from .full import FullSampler
+from .inbatch import InBatchSampler
+from .midx import MIDXSampler
 from .popularity import PopularitySampler
 from .uniform import UniformSampler
 
-__all__ = ["FullSampler", "PopularitySampler", "Sampler", "UniformSampler"]
+__all__ = [
+    "FullSampler",
+    "InBatchSampler",
+    "MIDXSampler",
+    "PopularitySampler",
+    "Sampler",
+    "UniformSampler",
+    "proposal_divergence",
+]

@@ -51,13 +51,24 @@ class Sampler(torch.nn.Module, abc.ABC):
         The default does nothing: proposals that depend on neither need no state.
         """
 
+    def observe_targets(self, targets: Tensor) -> None:
+        """See the positive ids of the batch about to be sampled for (``[Q]``, in ``1..N``).
+
+        The objective calls this before :meth:`sample`. The default ignores it; proposals built
+        from the batch itself (in-batch negatives) override it.
+        """
+
     @abc.abstractmethod
-    def sample(self, query: Tensor, num_samples: int) -> tuple[Tensor, Tensor]:
+    def sample(
+        self, query: Tensor, num_samples: int, *, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Draw ``num_samples`` ids per query, with replacement.
 
         Args:
             query: ``[Q, D]`` scaled query vectors.
             num_samples: ``M``, ids drawn per query.
+            generator: optional random generator on the device of ``query``, for reproducible
+                draws (the global generator otherwise).
 
         Returns:
             ``ids`` ``[Q, M]`` (long, in ``1..N``) and ``log_q`` ``[Q, M]`` (float32, normalised).
@@ -69,3 +80,43 @@ class Sampler(torch.nn.Module, abc.ABC):
 
     def extra_repr(self) -> str:
         return f"num_items={self.num_items}, num_negatives={self.num_negatives}"
+
+
+# Input checks shared by the samplers, so that every sampler reports malformed input alike.
+
+
+def check_query(query: Tensor) -> None:
+    """Raise ``ValueError`` unless ``query`` is a ``[Q, D]`` floating-point tensor."""
+    if query.dim() != 2:
+        raise ValueError(f"query must have shape [Q, D], got {tuple(query.shape)}")
+    if not query.is_floating_point():
+        raise ValueError(f"query must be floating point, got {query.dtype}")
+
+
+def check_num_samples(num_samples: int) -> None:
+    """Raise ``ValueError`` unless ``num_samples`` is a positive integer."""
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+
+
+def check_ids(query: Tensor, ids: Tensor, num_items: int) -> None:
+    """Check ids passed to :meth:`Sampler.log_prob`.
+
+    Id ``0`` (padding) is accepted, since it has a well-defined probability of zero; anything
+    outside ``0..N`` is an error.
+
+    Raises:
+        ValueError: if ``ids`` is not an integer tensor ``[Q, ...]`` on the device of ``query``
+            with values in ``0..num_items``.
+    """
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"ids must be an integer tensor, got {ids.dtype}")
+    if ids.dim() < 1 or ids.shape[0] != query.shape[0]:
+        raise ValueError(
+            f"ids must have shape [Q, ...] with Q={query.shape[0]} (from query), "
+            f"got {tuple(ids.shape)}"
+        )
+    if ids.device != query.device:
+        raise ValueError(f"ids are on {ids.device} but query is on {query.device}")
+    if ids.numel() and bool(((ids < 0) | (ids > num_items)).any()):
+        raise ValueError(f"ids must lie in 0..{num_items}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import Sampler
-from .uniform import check_ids, check_query, uniform_log_prob
+from .base import Sampler, check_ids, check_query
+from .uniform import uniform_log_prob
 
 
 class FullSampler(Sampler):

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .base import Sampler
-from .uniform import RANDOM_RANGE, check_ids, check_num_samples, check_query, random_int62
+from .base import Sampler, check_ids, check_num_samples, check_query
+from .uniform import RANDOM_RANGE, random_int62
 
 _LOG_RANGE = math.log(RANDOM_RANGE)
 

@@ -1,5 +1,5 @@
-"""Uniform sampler over the catalog, and the input checks and random-integer source that the
-query-independent samplers share."""
+"""Uniform sampler over the catalog, and the unbiased random-integer source it shares with the
+popularity sampler."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import torch
 from torch import Tensor
 
-from .base import Sampler
+from .base import Sampler, check_ids, check_num_samples, check_query
 
 #: Random integers are drawn from ``[0, 2**62)``. ``torch.randint`` reduces its random words modulo
 #: the requested range, which biases ranges that do not divide ``2**32`` (or ``2**64``); a
@@ -31,43 +31,6 @@ def random_int62(
         An int64 tensor of ``shape``.
     """
     return torch.randint(0, RANDOM_RANGE, shape, device=device, generator=generator)
-
-
-def check_query(query: Tensor) -> None:
-    """Raise ``ValueError`` unless ``query`` is a ``[Q, D]`` floating-point tensor."""
-    if query.dim() != 2:
-        raise ValueError(f"query must have shape [Q, D], got {tuple(query.shape)}")
-    if not query.is_floating_point():
-        raise ValueError(f"query must be floating point, got {query.dtype}")
-
-
-def check_num_samples(num_samples: int) -> None:
-    """Raise ``ValueError`` unless ``num_samples`` is a positive integer."""
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
-
-
-def check_ids(query: Tensor, ids: Tensor, num_items: int) -> None:
-    """Check ids passed to :meth:`Sampler.log_prob`.
-
-    Id ``0`` (padding) is accepted, since it has a well-defined probability of zero; anything
-    outside ``0..N`` is an error.
-
-    Raises:
-        ValueError: if ``ids`` is not an integer tensor ``[Q, ...]`` on the device of ``query``
-            with values in ``0..num_items``.
-    """
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise ValueError(f"ids must be an integer tensor, got {ids.dtype}")
-    if ids.dim() < 1 or ids.shape[0] != query.shape[0]:
-        raise ValueError(
-            f"ids must have shape [Q, ...] with Q={query.shape[0]} (from query), "
-            f"got {tuple(ids.shape)}"
-        )
-    if ids.device != query.device:
-        raise ValueError(f"ids are on {ids.device} but query is on {query.device}")
-    if ids.numel() and bool(((ids < 0) | (ids > num_items)).any()):
-        raise ValueError(f"ids must lie in 0..{num_items}")
 
 
 def uniform_log_prob(ids: Tensor, num_items: int) -> Tensor:

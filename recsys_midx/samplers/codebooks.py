@@ -1,0 +1,404 @@
+"""Codebooks for the MIDX samplers: product and residual quantisation of the item table.
+
+Both quantisers give every item ``B`` codes ``(k_1..k_B)`` from ``B`` codebooks of ``K`` codewords,
+and a reconstruction ``c_i`` that is linear in the codewords, so a query's score against it splits
+into ``B`` codeword scores: ``z.c_i = sum_b s_b(k_b)``.
+
+* :class:`ProductCodebooks` (PQ) splits ``D`` into ``B`` equal slices and runs k-means on each;
+  ``c_i`` concatenates one codeword per slice.
+* :class:`ResidualCodebooks` (RQ) runs k-means on the items, then on what the first level leaves
+  (the residual), and so on; ``c_i`` sums one codeword per level. Encoding is greedy (beam 1).
+
+Codebooks are trained with faiss k-means on a random subset of at most
+``max_points_per_centroid * K`` items (faiss's own default cap, which is what makes a build fast),
+and a refit starts from the previous codewords with fewer iterations. Encoding runs in torch, in
+chunks, on the device of the item table; codewords and codes are buffers on that device.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import faiss
+import numpy as np
+import torch
+from torch import Tensor
+
+#: Rows encoded at once are capped so that the ``rows x (B*K)`` distance block stays ~16 MiB.
+_ENCODE_BLOCK_ELEMENTS = 1 << 22
+
+#: Below this many multiply-adds per k-means iteration faiss runs on one thread: on a small,
+#: shared CPU the OpenMP fork/join per iteration costs far more than the arithmetic (measured
+#: 15x slower with 2 threads than with 1 for 16k x 32 points and 64 centroids).
+_KMEANS_SERIAL_WORK = 1 << 28
+
+
+class IndexModule(torch.nn.Module):
+    """A module whose state is an index rebuilt from data, kept in buffers.
+
+    Two departures from ``torch.nn.Module``:
+
+    * ``load_state_dict`` normally refuses tensors whose shape differs from the local buffer; here
+      a buffer first takes the incoming shape and dtype (on its own device), so a checkpoint loads
+      into a freshly constructed, never-built module.
+    * Module-wide dtype casts (``.to(torch.bfloat16)``, ``.half()``, as done by "true" low
+      precision training) move buffers but keep their dtypes: a bf16 cumulative weight table or
+      codebook would silently coarsen the proposal and its ``log q``.
+    """
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> IndexModule:
+        def keep_dtype(t: Tensor) -> Tensor:
+            if not t.is_floating_point():
+                return fn(t)
+            if t.dim() == 0:
+                return fn(t).to(t.dtype)
+            # A byte view is not floating point, so casts skip it while device moves still apply.
+            return fn(t.view(torch.uint8)).view(t.dtype)
+
+        return super()._apply(keep_dtype, recurse)
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        for name, buf in self._buffers.items():
+            incoming = state_dict.get(prefix + name)
+            if buf is None or not isinstance(incoming, Tensor):
+                continue
+            if incoming.shape != buf.shape or incoming.dtype != buf.dtype:
+                self._buffers[name] = torch.empty(
+                    incoming.shape, dtype=incoming.dtype, device=buf.device
+                )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+
+@contextlib.contextmanager
+def _faiss_threads(num_threads: int | None) -> Iterator[None]:
+    """Run the body with ``num_threads`` OpenMP threads in faiss (``None``: leave as is)."""
+    if num_threads is None:
+        yield
+        return
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(previous)
+
+
+def nearest_codeword(x: Tensor, codewords: Tensor) -> Tensor:
+    """Index of the nearest (L2) codeword for each row, computed in row blocks.
+
+    Args:
+        x: ``[n, d]`` float32 vectors.
+        codewords: ``[K, d]`` float32 codewords on the device of ``x``.
+
+    Returns:
+        ``[n]`` long indices in ``0..K-1``.
+
+    Example:
+        >>> nearest_codeword(torch.tensor([[0.9, 0.0]]), torch.eye(2)).tolist()
+        [0]
+    """
+    sq_norms = codewords.square().sum(1)
+    rows = max(1, _ENCODE_BLOCK_ELEMENTS // codewords.shape[0])
+    out = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
+    for start in range(0, x.shape[0], rows):
+        block = x[start : start + rows]
+        # ||x||^2 is the same for every codeword, so it does not change the argmin.
+        dist = torch.addmm(sq_norms, block, codewords.T, alpha=-2.0)
+        out[start : start + rows] = dist.argmin(1)
+    return out
+
+
+class Codebooks(IndexModule, abc.ABC):
+    """``B`` codebooks of ``K`` codewords fitted to an item table, and the items' codes.
+
+    Buffers: ``codewords`` ``[B, K, d_b]`` (``d_b = D/B`` for PQ, ``D`` for RQ), ``codes``
+    ``[n, B]`` (long) of the last fitted table, and ``num_fits`` (how many fits so far, which also
+    seeds each fit so a resumed run refits identically).
+
+    Args:
+        num_codewords: ``K``, codewords per codebook.
+        num_codebooks: ``B``, number of codebooks (PQ subspaces or RQ levels).
+        kmeans_iters: k-means iterations of the first fit.
+        warm_start_iters: k-means iterations of a refit, which starts from the previous codewords.
+        max_points_per_centroid: the training subset holds at most this many items per codeword.
+        seed: base seed of the training subset and of faiss k-means.
+
+    Raises:
+        ValueError: if a size is not positive or ``warm_start_iters`` is negative.
+    """
+
+    def __init__(
+        self,
+        num_codewords: int = 64,
+        num_codebooks: int = 2,
+        kmeans_iters: int = 20,
+        warm_start_iters: int = 5,
+        max_points_per_centroid: int = 256,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        for name, value in (
+            ("num_codewords", num_codewords),
+            ("num_codebooks", num_codebooks),
+            ("kmeans_iters", kmeans_iters),
+            ("max_points_per_centroid", max_points_per_centroid),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if warm_start_iters < 0:
+            raise ValueError(f"warm_start_iters must be >= 0, got {warm_start_iters}")
+        self.num_codewords = int(num_codewords)
+        self.num_codebooks = int(num_codebooks)
+        self.kmeans_iters = int(kmeans_iters)
+        self.warm_start_iters = int(warm_start_iters)
+        self.max_points_per_centroid = int(max_points_per_centroid)
+        self.seed = int(seed)
+        self.register_buffer("codewords", torch.empty(0, self.num_codewords, 0))
+        self.register_buffer("codes", torch.empty(0, self.num_codebooks, dtype=torch.long))
+        self.register_buffer("num_fits", torch.zeros((), dtype=torch.long))
+
+    @property
+    def is_fitted(self) -> bool:
+        """Whether :meth:`fit` has run (or a fitted state was loaded)."""
+        return self.codewords.shape[0] == self.num_codebooks
+
+    @property
+    def dim(self) -> int:
+        """``D``, the dimension of the vectors the codebooks were fitted to (0 before a fit)."""
+        return self.codeword_matrix().shape[1] if self.is_fitted else 0
+
+    @torch.no_grad()
+    def fit(self, x: Tensor) -> Tensor:
+        """Train the codebooks on ``x`` (warm-starting from the current ones) and encode ``x``.
+
+        Args:
+            x: ``[n, D]`` vectors (no padding row); any float dtype, any device.
+
+        Returns:
+            ``codes`` ``[n, B]`` (long), also kept in the ``codes`` buffer.
+
+        Raises:
+            ValueError: if ``x`` is not 2-D, has fewer rows than ``K``, or (PQ) ``D`` is not a
+                multiple of ``B``.
+        """
+        if x.dim() != 2:
+            raise ValueError(f"expected a 2-D table [n, D], got shape {tuple(x.shape)}")
+        n, dim = x.shape
+        if n < self.num_codewords:
+            raise ValueError(
+                f"cannot fit {self.num_codewords} codewords to {n} vectors; "
+                f"use num_codewords <= {n}"
+            )
+        self._check_dim(dim)
+        x = x.detach().float().contiguous()
+        warm = self.is_fitted and self.dim == dim
+        fit_seed = self.seed + int(self.num_fits)
+        self.codewords = self._train(
+            self._training_subset(x, fit_seed),
+            self.codewords if warm else None,
+            self.warm_start_iters if warm else self.kmeans_iters,
+            fit_seed,
+        )
+        self.codes = self.encode(x)
+        self.num_fits = self.num_fits.to(x.device) + 1
+        return self.codes
+
+    @torch.no_grad()
+    def encode(self, x: Tensor) -> Tensor:
+        """Codes ``[n, B]`` (long) of vectors ``x`` ``[n, D]`` under the current codebooks."""
+        return self._encode(x.detach().float())
+
+    def codeword_matrix(self) -> Tensor:
+        """All codewords as full-dimension vectors, ``[B*K, D]``; row ``b*K + k`` is ``c^b_k``.
+
+        ``z.c_i`` is then ``sum_b (z @ matrix.T)[b*K + k_b]`` for PQ and RQ alike.
+        """
+        return self._codeword_matrix()
+
+    def scores(self, query: Tensor) -> Tensor:
+        """Codeword scores ``s_b(k)`` of float32 queries ``[Q, D]``, flat ``[Q, B*K]``."""
+        return query @ self.codeword_matrix().T
+
+    def reconstruct(self, codes: Tensor) -> Tensor:
+        """Reconstructions ``c`` ``[n, D]`` of codes ``[n, B]``."""
+        offsets = torch.arange(self.num_codebooks, device=codes.device) * self.num_codewords
+        return self.codeword_matrix()[codes + offsets].sum(1)
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_codewords={self.num_codewords}, num_codebooks={self.num_codebooks}, "
+            f"kmeans_iters={self.kmeans_iters}, warm_start_iters={self.warm_start_iters}"
+        )
+
+    def _training_subset(self, x: Tensor, seed: int) -> Tensor:
+        """At most ``max_points_per_centroid * K`` random rows, the cap faiss k-means applies.
+
+        Subsampling here (rather than inside faiss) lets every RQ level train on residuals of the
+        same small subset instead of residuals of the whole table.
+        """
+        limit = self.max_points_per_centroid * self.num_codewords
+        if x.shape[0] <= limit:
+            return x
+        generator = torch.Generator().manual_seed(seed)
+        rows = torch.randperm(x.shape[0], generator=generator)[:limit]
+        return x[rows.to(x.device)]
+
+    def _kmeans(self, x: Tensor, init: Tensor | None, niter: int, seed: int) -> Tensor:
+        """faiss k-means of ``x`` ``[n, d]`` into ``K`` centroids, starting from ``init``.
+
+        The only place that calls faiss. The training set is small (at most
+        ``max_points_per_centroid * K`` rows), so it is copied to host memory; with a faiss GPU
+        build and CUDA tensors, faiss assigns points on the GPU (``gpu=True``).
+        """
+        k, d = self.num_codewords, x.shape[1]
+        if niter == 0 and init is not None:
+            return init.clone()
+        use_gpu = x.is_cuda and faiss.get_num_gpus() > 0
+        serial = not use_gpu and x.shape[0] * k * d < _KMEANS_SERIAL_WORK
+        kmeans = faiss.Kmeans(
+            d,
+            k,
+            niter=niter,
+            seed=seed,
+            max_points_per_centroid=self.max_points_per_centroid,
+            # Only used for a "too few points" warning; K <= n is checked by fit().
+            min_points_per_centroid=1,
+            gpu=use_gpu,
+            verbose=False,
+        )
+        with _faiss_threads(1 if serial else None):
+            kmeans.train(
+                np.ascontiguousarray(x.cpu().numpy()),
+                init_centroids=None if init is None else init.detach().cpu().numpy(),
+            )
+        return torch.from_numpy(kmeans.centroids).to(x.device)
+
+    def _check_dim(self, dim: int) -> None:
+        """Raise ValueError if vectors of dimension ``dim`` cannot be quantised."""
+
+    @abc.abstractmethod
+    def _train(self, x: Tensor, init: Tensor | None, niter: int, seed: int) -> Tensor:
+        """Codewords ``[B, K, d_b]`` trained on ``x``, starting from ``init`` if given."""
+
+    @abc.abstractmethod
+    def _encode(self, x: Tensor) -> Tensor:
+        """Codes ``[n, B]`` of float32 ``x`` under the current codewords."""
+
+    @abc.abstractmethod
+    def _codeword_matrix(self) -> Tensor:
+        """See :meth:`codeword_matrix`."""
+
+
+class ProductCodebooks(Codebooks):
+    """Product quantisation: ``B`` equal slices of ``D``, one k-means codebook per slice.
+
+    ``D`` must be a multiple of ``B``. Uneven slices would work mathematically, but they are not
+    what faiss's ``ProductQuantizer`` accepts either, and silently padding the table with zero
+    dimensions would change what the codewords mean; use ``ResidualCodebooks`` (no constraint on
+    ``D``) or pick ``B`` dividing ``D``.
+
+    Example:
+        >>> books = ProductCodebooks(num_codewords=4, num_codebooks=2)
+        >>> codes = books.fit(torch.randn(100, 8))
+        >>> tuple(books.codewords.shape), tuple(codes.shape)
+        ((2, 4, 4), (100, 2))
+    """
+
+    def _check_dim(self, dim: int) -> None:
+        if dim % self.num_codebooks:
+            raise ValueError(
+                f"product quantisation splits D={dim} into num_codebooks={self.num_codebooks} "
+                f"equal subspaces, so D must be a multiple of it; choose num_codebooks dividing "
+                f"{dim} or use residual quantisation"
+            )
+
+    def _train(self, x: Tensor, init: Tensor | None, niter: int, seed: int) -> Tensor:
+        slices = x.chunk(self.num_codebooks, dim=1)
+        return torch.stack(
+            [
+                self._kmeans(part, None if init is None else init[b], niter, seed + b)
+                for b, part in enumerate(slices)
+            ]
+        )
+
+    def _encode(self, x: Tensor) -> Tensor:
+        slices = x.chunk(self.num_codebooks, dim=1)
+        return torch.stack(
+            [nearest_codeword(part, codewords) for part, codewords in zip(slices, self.codewords)],
+            dim=1,
+        )
+
+    def _codeword_matrix(self) -> Tensor:
+        return torch.block_diag(*self.codewords.unbind(0))
+
+
+class ResidualCodebooks(Codebooks):
+    """Residual quantisation: level ``b`` quantises what levels ``< b`` leave; greedy encoding.
+
+    Greedy (beam 1) encoding matches faiss ``ResidualQuantizer`` with ``max_beam_size = 1``.
+
+    Example:
+        >>> books = ResidualCodebooks(num_codewords=4, num_codebooks=2)
+        >>> codes = books.fit(torch.randn(100, 6))
+        >>> tuple(books.codewords.shape), tuple(codes.shape)
+        ((2, 4, 6), (100, 2))
+    """
+
+    def _train(self, x: Tensor, init: Tensor | None, niter: int, seed: int) -> Tensor:
+        residual = x
+        levels = []
+        for b in range(self.num_codebooks):
+            codewords = self._kmeans(residual, None if init is None else init[b], niter, seed + b)
+            levels.append(codewords)
+            if b + 1 < self.num_codebooks:
+                residual = residual - codewords[nearest_codeword(residual, codewords)]
+        return torch.stack(levels)
+
+    def _encode(self, x: Tensor) -> Tensor:
+        residual = x
+        out = torch.empty(x.shape[0], self.num_codebooks, dtype=torch.long, device=x.device)
+        for b, codewords in enumerate(self.codewords):
+            out[:, b] = nearest_codeword(residual, codewords)
+            if b + 1 < self.num_codebooks:
+                residual = residual - codewords[out[:, b]]
+        return out
+
+    def _codeword_matrix(self) -> Tensor:
+        return self.codewords.reshape(-1, self.codewords.shape[-1])
+
+
+def make_codebooks(quantizer: str, **kwargs: Any) -> Codebooks:
+    """Build ``ProductCodebooks`` (``"pq"``) or ``ResidualCodebooks`` (``"rq"``).
+
+    Args:
+        quantizer: ``"pq"`` or ``"rq"``.
+        **kwargs: passed to the :class:`Codebooks` constructor.
+
+    Returns:
+        The (unfitted) codebooks.
+
+    Raises:
+        ValueError: for an unknown ``quantizer``.
+
+    Example:
+        >>> type(make_codebooks("rq", num_codewords=8)).__name__
+        'ResidualCodebooks'
+    """
+    kinds: dict[str, type[Codebooks]] = {"pq": ProductCodebooks, "rq": ResidualCodebooks}
+    if quantizer not in kinds:
+        raise ValueError(f"quantizer must be one of {sorted(kinds)}, got {quantizer!r}")
+    return kinds[quantizer](**kwargs)

@@ -1,0 +1,302 @@
+"""MIDX samplers, their codebooks and the proposal diagnostics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faiss
+import numpy as np
+import pytest
+import torch
+
+from goodness_of_fit import chi_square_pvalue
+
+from recsys_midx.samplers.base import Sampler
+from recsys_midx.samplers.codebooks import Codebooks, ProductCodebooks, ResidualCodebooks
+from recsys_midx.samplers.diagnostics import proposal_divergence
+from recsys_midx.samplers.midx import MIDXSampler
+
+NUM_ITEMS, DIM, NUM_CLUSTERS, NUM_QUERIES = 500, 16, 20, 4
+DRAWS_PER_QUERY = 50_000
+
+#: name -> MIDXSampler keyword arguments. With 20 clusters, K=16 PQ/RQ leave most of the 256
+#: cells empty (sparse table); K=8 gives the dense 8x8 table with empty cells in it.
+CONFIGS: dict[str, dict[str, Any]] = {
+    "midx": {"quantizer": "pq", "last_stage": "uniform", "num_codewords": 16},
+    "midx_pop": {"quantizer": "pq", "last_stage": "popularity", "num_codewords": 16},
+    "midx_rq": {"quantizer": "rq", "last_stage": "uniform", "num_codewords": 16},
+    "midx_rq_pop": {"quantizer": "rq", "last_stage": "popularity", "num_codewords": 16},
+    "midx_exact": {"quantizer": "pq", "last_stage": "exact", "num_codewords": 16},
+    "midx_dense": {"quantizer": "pq", "last_stage": "uniform", "num_codewords": 8},
+    "midx_rq_pop_dense": {"quantizer": "rq", "last_stage": "popularity", "num_codewords": 8},
+    "midx_exact_dense": {"quantizer": "pq", "last_stage": "exact", "num_codewords": 8},
+}
+
+
+def _unit_rows(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.nn.functional.normalize(x, dim=1) * scale
+
+
+@pytest.fixture(scope="module")
+def catalog() -> dict[str, torch.Tensor]:
+    """Clustered items and queries with |z.v| <= 10 (norms sqrt(10)), plus Zipf-like counts."""
+    g = torch.Generator().manual_seed(0)
+    centers = torch.randn(NUM_CLUSTERS, DIM, generator=g)
+    labels = torch.randint(0, NUM_CLUSTERS, (NUM_ITEMS + 1,), generator=g)
+    noise = 0.35 * torch.randn(NUM_ITEMS + 1, DIM, generator=g)
+    items = _unit_rows(centers[labels] + noise, 10**0.5)
+    query_noise = 0.35 * torch.randn(NUM_QUERIES, DIM, generator=g)
+    queries = _unit_rows(centers[:NUM_QUERIES] + query_noise, 10**0.5)
+    ranks = torch.randperm(NUM_ITEMS + 1, generator=g).double() + 1
+    counts = (2000.0 / ranks).floor()  # about half of the items have count 0
+    counts[0] = 0
+    return {"items": items, "queries": queries, "counts": counts}
+
+
+def _built(catalog: dict[str, torch.Tensor], **kwargs: Any) -> MIDXSampler:
+    sampler = MIDXSampler(NUM_ITEMS, num_negatives=20, **kwargs)
+    sampler.update(catalog["items"], catalog["counts"])
+    return sampler
+
+
+def _all_ids(num_queries: int) -> torch.Tensor:
+    return torch.arange(1, NUM_ITEMS + 1).expand(num_queries, -1)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_draws_follow_reported_log_q(catalog: dict[str, torch.Tensor], name: str) -> None:
+    sampler = _built(catalog, **CONFIGS[name])
+    queries = catalog["queries"]
+    generator = torch.Generator().manual_seed(1)
+    ids, log_q = sampler.sample(queries, DRAWS_PER_QUERY, generator=generator)
+
+    assert ids.dtype == torch.long and log_q.dtype == torch.float32
+    assert int(ids.min()) >= 1 and int(ids.max()) <= NUM_ITEMS
+    torch.testing.assert_close(sampler.log_prob(queries, ids), log_q, atol=1e-5, rtol=0)
+
+    log_prob_all = sampler.log_prob(queries, _all_ids(NUM_QUERIES))
+    assert torch.logsumexp(log_prob_all, 1).abs().max() < 1e-4
+
+    probs = log_prob_all.exp()
+    assert chi_square_pvalue(ids, probs) > 1e-3
+    # The same test notices a 5% tilt of the distribution.
+    tilt = 1.0 + 0.05 * torch.where(torch.arange(NUM_ITEMS) % 2 == 0, 1.0, -1.0)
+    assert chi_square_pvalue(ids, probs * tilt) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["midx_dense", "midx_rq_pop_dense", "midx_exact_dense"])
+def test_empty_cells_are_never_drawn(catalog: dict[str, torch.Tensor], name: str) -> None:
+    sampler = _built(catalog, **CONFIGS[name])
+    cell_sizes = sampler.cell_offsets.diff()
+    assert sampler.is_dense and bool((cell_sizes == 0).any()), "needs a dense table with holes"
+    drawn_cells = []
+    draw = sampler.stage.draw
+
+    def recording_draw(state: Any, cells: torch.Tensor, *args: Any) -> torch.Tensor:
+        drawn_cells.append(cells)
+        return draw(state, cells, *args)
+
+    sampler.stage.draw = recording_draw
+    generator = torch.Generator().manual_seed(2)
+    sampler.sample(catalog["queries"], 20_000, generator=generator)
+    assert bool((cell_sizes[torch.cat(drawn_cells)] > 0).all())
+
+
+def test_sparse_index_skips_empty_cells(catalog: dict[str, torch.Tensor]) -> None:
+    sampler = _built(catalog, num_codewords=32)  # 1024 cells for 500 items
+    assert not sampler.is_dense
+    assert sampler.num_cells < 32**2
+    assert bool((sampler.cell_offsets.diff() > 0).all())
+
+
+def test_padding_id_has_zero_probability(catalog: dict[str, torch.Tensor]) -> None:
+    sampler = _built(catalog, **CONFIGS["midx_pop"])
+    ids = torch.tensor([[0, 1]] * NUM_QUERIES)
+    log_q = sampler.log_prob(catalog["queries"], ids)
+    assert bool(torch.isneginf(log_q[:, 0]).all()) and bool(torch.isfinite(log_q[:, 1]).all())
+
+
+@pytest.mark.parametrize("name", ["midx_exact", "midx_exact_dense"])
+def test_exact_stage_is_the_softmax(catalog: dict[str, torch.Tensor], name: str) -> None:
+    sampler = _built(catalog, **CONFIGS[name])
+    queries, items = catalog["queries"], catalog["items"]
+    log_softmax = torch.log_softmax(queries @ items[1:].T, dim=1)
+    log_q = sampler.log_prob(queries, _all_ids(NUM_QUERIES))
+    torch.testing.assert_close(log_q, log_softmax, atol=1e-4, rtol=0)
+    ids, _ = sampler.sample(queries, DRAWS_PER_QUERY, generator=torch.Generator().manual_seed(3))
+    assert chi_square_pvalue(ids, log_softmax.exp()) > 1e-3
+
+
+class _UniformReference(Sampler):
+    """q = 1/N, the baseline the MIDX proposals must beat."""
+
+    def sample(self, query: torch.Tensor, num_samples: int) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def log_prob(self, query: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return torch.full(ids.shape, -float(np.log(self.num_items)))
+
+
+def test_midx_is_closer_to_softmax_than_uniform(catalog: dict[str, torch.Tensor]) -> None:
+    queries, items = catalog["queries"], catalog["items"]
+    uniform = proposal_divergence(_UniformReference(NUM_ITEMS, 20), queries, items)
+    for name in ("midx", "midx_rq"):
+        midx = proposal_divergence(_built(catalog, **CONFIGS[name]), queries, items)
+        assert midx["kl"] < 0.5 * uniform["kl"], (name, midx, uniform)
+        assert midx["ess_fraction"] > uniform["ess_fraction"]
+    exact = proposal_divergence(_built(catalog, **CONFIGS["midx_exact"]), queries, items)
+    assert exact["kl"] < 1e-4 and abs(exact["ess_fraction"] - 1.0) < 1e-3
+    assert exact["ess"] == pytest.approx(20 * exact["ess_fraction"])
+
+
+@pytest.mark.parametrize("quantizer", ["pq", "rq"])
+def test_codebook_shapes(catalog: dict[str, torch.Tensor], quantizer: str) -> None:
+    sampler = _built(catalog, quantizer=quantizer, num_codewords=16, num_codebooks=2)
+    books = sampler.codebooks
+    sub_dim = DIM // 2 if quantizer == "pq" else DIM
+    assert tuple(books.codewords.shape) == (2, 16, sub_dim)
+    assert tuple(books.codes.shape) == (NUM_ITEMS, 2)
+    assert int(books.codes.min()) >= 0 and int(books.codes.max()) < 16
+    assert tuple(books.codeword_matrix().shape) == (2 * 16, DIM)
+    recon = books.reconstruct(books.codes)
+    scores = books.scores(catalog["queries"]).view(NUM_QUERIES, 2, 16)
+    codeword_sum = sum(scores[:, b, books.codes[:, b]] for b in range(2))
+    torch.testing.assert_close(codeword_sum, catalog["queries"] @ recon.T, atol=1e-4, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def encoder_data() -> torch.Tensor:
+    """3000 x 16 vectors: enough for K = 256 (8-bit codes, faiss's native layout)."""
+    return torch.randn(3000, 16, generator=torch.Generator().manual_seed(4))
+
+
+def test_pq_codes_match_faiss(encoder_data: torch.Tensor) -> None:
+    books = ProductCodebooks(num_codewords=256, num_codebooks=2, kmeans_iters=4)
+    codes = books.fit(encoder_data)
+    pq = faiss.ProductQuantizer(16, 2, 8)
+    faiss.copy_array_to_vector(books.codewords.numpy().ravel(), pq.centroids)
+    expected = pq.compute_codes(encoder_data.numpy())
+    np.testing.assert_array_equal(codes.numpy(), expected.astype(np.int64))
+
+
+def test_rq_codes_match_faiss_greedy(encoder_data: torch.Tensor) -> None:
+    books = ResidualCodebooks(num_codewords=256, num_codebooks=2, kmeans_iters=4)
+    codes = books.fit(encoder_data)
+    rq = faiss.ResidualQuantizer(16, 2, 8)
+    rq.max_beam_size = 1
+    faiss.copy_array_to_vector(books.codewords.numpy().ravel(), rq.codebooks)
+    rq.is_trained = True
+    expected = rq.compute_codes(encoder_data.numpy())
+    np.testing.assert_array_equal(codes.numpy(), expected.astype(np.int64))
+    # Greedy residual encoding by hand gives the same codes.
+    residual = encoder_data.clone()
+    for b in range(2):
+        nearest = torch.cdist(residual, books.codewords[b]).argmin(1)
+        assert torch.equal(nearest, codes[:, b])
+        residual -= books.codewords[b][nearest]
+
+
+def test_refresh_follows_the_item_table(catalog: dict[str, torch.Tensor]) -> None:
+    sampler = _built(catalog, **CONFIGS["midx"])
+    queries = catalog["queries"]
+    before = sampler.log_prob(queries, _all_ids(NUM_QUERIES))
+    moved = catalog["items"].flip(1)  # same norms, different geometry
+    sampler.update(moved, catalog["counts"])
+    after = sampler.log_prob(queries, _all_ids(NUM_QUERIES))
+    assert (after - before).abs().max() > 1.0
+    fresh = MIDXSampler(NUM_ITEMS, 20, **CONFIGS["midx"])
+    fresh.update(moved)
+    target = torch.log_softmax(queries @ moved[1:].T, dim=1).exp()
+    # The refreshed proposal describes the new table as well as a cold build does.
+    kl_refreshed = (target * (target.log() - after)).sum(1).mean()
+    kl_fresh = (target * (target.log() - fresh.log_prob(queries, _all_ids(NUM_QUERIES)))).sum(1)
+    assert kl_refreshed < kl_fresh.mean() + 0.1
+
+
+def test_refit_warm_starts_from_previous_codewords(
+    catalog: dict[str, torch.Tensor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[torch.Tensor | None, int]] = []
+    kmeans = Codebooks._kmeans
+
+    def spy(self: Codebooks, x: torch.Tensor, init: torch.Tensor | None, niter: int, seed: int):
+        calls.append((None if init is None else init.clone(), niter))
+        return kmeans(self, x, init, niter, seed)
+
+    monkeypatch.setattr(Codebooks, "_kmeans", spy)
+    sampler = MIDXSampler(
+        NUM_ITEMS, 20, num_codewords=16, quantizer="rq", kmeans_iters=12, warm_start_iters=3
+    )
+    sampler.update(catalog["items"])
+    first = sampler.codebooks.codewords.clone()
+    sampler.update(catalog["items"] + 0.01)
+    assert [(init is None, niter) for init, niter in calls] == [(True, 12)] * 2 + [(False, 3)] * 2
+    for b, (init, _) in enumerate(calls[2:]):
+        assert torch.equal(init, first[b])
+
+    frozen = MIDXSampler(NUM_ITEMS, 20, num_codewords=16, warm_start_iters=0)
+    frozen.update(catalog["items"])
+    codewords = frozen.codebooks.codewords.clone()
+    frozen.update(catalog["items"] * 1.1)
+    assert torch.equal(frozen.codebooks.codewords, codewords)
+
+
+@pytest.mark.parametrize("name", ["midx_pop", "midx_rq", "midx_exact_dense"])
+def test_state_dict_round_trip(catalog: dict[str, torch.Tensor], name: str) -> None:
+    sampler = _built(catalog, **CONFIGS[name])
+    sampler.update(catalog["items"] * 0.9)  # a refreshed state, not just the first build
+    restored = MIDXSampler(NUM_ITEMS, num_negatives=20, **CONFIGS[name])
+    restored.load_state_dict(sampler.state_dict())
+    queries = catalog["queries"]
+    expected = sampler.sample(queries, 500, generator=torch.Generator().manual_seed(5))
+    actual = restored.sample(queries, 500, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1])
+    # Training goes on identically: the next refresh reproduces the same codebooks.
+    sampler.update(catalog["items"])
+    restored.update(catalog["items"])
+    assert torch.equal(sampler.codebooks.codewords, restored.codebooks.codewords)
+    assert torch.equal(sampler.order, restored.order)
+
+
+def test_bf16_queries_give_float32_log_q(catalog: dict[str, torch.Tensor]) -> None:
+    sampler = _built(catalog, **CONFIGS["midx_pop"])
+    queries = catalog["queries"].bfloat16()
+    ids, log_q = sampler.sample(queries, 100, generator=torch.Generator().manual_seed(6))
+    assert ids.dtype == torch.long and log_q.dtype == torch.float32
+    reference = sampler.sample(queries.float(), 100, generator=torch.Generator().manual_seed(6))
+    assert torch.equal(ids, reference[0]) and torch.equal(log_q, reference[1])
+    assert sampler.log_prob(queries, ids).dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", ["midx_pop", "midx_exact"])
+def test_module_dtype_casts_leave_the_index_intact(
+    catalog: dict[str, torch.Tensor], name: str
+) -> None:
+    sampler = _built(catalog, **CONFIGS[name])
+    dtypes = {key: value.dtype for key, value in sampler.state_dict().items()}
+    expected = sampler.sample(catalog["queries"], 200, generator=torch.Generator().manual_seed(7))
+    sampler.to(torch.bfloat16)  # what "bf16-true" precision does to the enclosing model
+    assert {key: value.dtype for key, value in sampler.state_dict().items()} == dtypes
+    actual = sampler.sample(catalog["queries"], 200, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1])
+
+
+def test_invalid_configurations(catalog: dict[str, torch.Tensor]) -> None:
+    with pytest.raises(ValueError, match="multiple"):
+        MIDXSampler(NUM_ITEMS, 20, num_codewords=8, num_codebooks=3).update(catalog["items"])
+    with pytest.raises(ValueError, match="exceeds the number of items"):
+        MIDXSampler(NUM_ITEMS, 20, num_codewords=NUM_ITEMS + 1)
+    with pytest.raises(ValueError, match="quantizer"):
+        MIDXSampler(NUM_ITEMS, 20, num_codewords=8, quantizer="opq")
+    with pytest.raises(ValueError, match="last_stage"):
+        MIDXSampler(NUM_ITEMS, 20, num_codewords=8, last_stage="softmax")
+    with pytest.raises(ValueError, match="item_counts"):
+        MIDXSampler(NUM_ITEMS, 20, num_codewords=8, last_stage="popularity").update(
+            catalog["items"]
+        )
+    with pytest.raises(ValueError, match="N\\+1"):
+        MIDXSampler(NUM_ITEMS, 20, num_codewords=8).update(catalog["items"][1:])
+    with pytest.raises(RuntimeError, match="update"):
+        MIDXSampler(NUM_ITEMS, 20, num_codewords=8).sample(catalog["queries"], 5)
+    with pytest.raises(ValueError, match="num_codewords"):
+        ProductCodebooks(num_codewords=64).fit(torch.randn(10, 4))
