@@ -27,9 +27,7 @@ TINY_RUN = (
 
 def sampler_overrides(sampler: str) -> list[str]:
     """Select ``sampler`` sized for the tiny catalog (< 80 items): 20 negatives, 8 codewords."""
-    overrides = [f"sampler={sampler}"]
-    if sampler != "full":
-        overrides.append("sampler.num_negatives=20")
+    overrides = [f"sampler={sampler}", "sampler.num_negatives=20"]
     if sampler.startswith("midx"):
         overrides.append("sampler.num_codewords=8")
     return overrides

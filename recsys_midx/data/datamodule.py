@@ -41,6 +41,17 @@ def _left_padded_windows(
     return np.where(index >= starts[:, None], items[np.maximum(index, 0)], 0)
 
 
+def training_batch(split: LeaveOneOutSplit, rows: np.ndarray, max_len: int) -> Batch:
+    """Training sequences of users ``rows``: ``inputs`` and next-item ``targets``, ``[B, max_len]``.
+
+    Each row is the user's training part (all but its last two items), cut to its last
+    ``max_len + 1`` items and left-padded; ``targets`` is ``inputs`` shifted by one position.
+    """
+    starts, ends = split.offsets[rows], split.offsets[rows + 1] - 2
+    window = _left_padded_windows(split.items, starts, ends, max_len + 1)
+    return {"inputs": torch.from_numpy(window[:, :-1]), "targets": torch.from_numpy(window[:, 1:])}
+
+
 class SeqRecDataModule(L.LightningDataModule):
     """Serves training sequences and leave-one-out evaluation queries for one dataset.
 
@@ -142,13 +153,7 @@ class SeqRecDataModule(L.LightningDataModule):
         )
 
     def _train_batch(self, rows: list[int]) -> Batch:
-        split, index = self._split, np.asarray(rows)
-        starts, ends = split.offsets[index], split.offsets[index + 1] - 2
-        window = _left_padded_windows(split.items, starts, ends, self.max_len + 1)
-        return {
-            "inputs": torch.from_numpy(window[:, :-1]),
-            "targets": torch.from_numpy(window[:, 1:]),
-        }
+        return training_batch(self._split, np.asarray(rows), self.max_len)
 
     def _eval_batch(self, rows: list[int], holdout: int) -> Batch:
         """Collate for the target ``holdout`` items from the end (2: validation, 1: test)."""

@@ -19,11 +19,11 @@ class FullSampler(Sampler):
 
     Args:
         num_items: ``N``, the number of real items.
-        num_negatives: ``None`` or ``N``; kept so that configs can pass it like for any sampler.
-            :attr:`num_negatives` is always ``N``.
+        num_negatives: ignored, so that one command line can set ``sampler.num_negatives`` for
+            every sampler of a sweep; :attr:`num_negatives` is always ``N``.
 
     Raises:
-        ValueError: if ``num_items < 1`` or ``num_negatives`` is neither ``None`` nor ``N``.
+        ValueError: if ``num_items < 1``.
 
     Example:
         >>> sampler = FullSampler(num_items=3)
@@ -37,11 +37,6 @@ class FullSampler(Sampler):
 
     def __init__(self, num_items: int, num_negatives: int | None = None) -> None:
         super().__init__(num_items, num_items)
-        if num_negatives is not None and num_negatives != num_items:
-            raise ValueError(
-                f"FullSampler uses every item as a negative: num_negatives must be None or "
-                f"{num_items}, got {num_negatives}"
-            )
 
     @torch.no_grad()
     def sample(

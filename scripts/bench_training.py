@@ -1,0 +1,138 @@
+"""Seconds per training step and peak memory of SASRec with the full, uniform and MIDX softmax.
+
+For each catalog size ``N`` the synthetic generator makes user sequences over exactly ``N`` items;
+every (sampler, N) pair then runs in its own process (so its peak resident memory is its own):
+a few optimiser steps of SASRec on batches of those sequences, each step being forward, loss,
+backward and Adam update. The sampler's index is built once before timing and its build time is
+reported apart (in training it is amortised over ``refresh_every_n_epochs``).
+
+Example:
+    python scripts/bench_training.py --sizes 1e4 1e5 1e6 --samplers full uniform midx
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# Runnable from a checkout without installing the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from recsys_midx.data.datamodule import training_batch  # noqa: E402
+from recsys_midx.data.sources import Synthetic  # noqa: E402
+from recsys_midx.data.splits import LeaveOneOutSplit  # noqa: E402
+from recsys_midx.losses import SoftmaxLoss  # noqa: E402
+from recsys_midx.models import SASRec  # noqa: E402
+from recsys_midx.samplers import FullSampler, MIDXSampler, Sampler, UniformSampler  # noqa: E402
+
+SAMPLERS = {
+    "full": lambda n, m: FullSampler(n),
+    "uniform": lambda n, m: UniformSampler(n, m),
+    "midx": lambda n, m: MIDXSampler(n, m),
+}
+
+
+def _split(num_items: int, num_users: int, seed: int) -> LeaveOneOutSplit:
+    """Synthetic sequences over raw item ids ``1..num_items`` (no remapping: the catalog is N)."""
+    raw = Synthetic(num_users=num_users, num_items=num_items, seed=seed).generate()
+    frame = raw.rename(columns={"user": "user_id", "item": "item_id"})
+    frame = frame.sort_values(["user_id", "timestamp"], kind="stable")
+    return LeaveOneOutSplit.from_interactions(frame, num_items)
+
+
+def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict[str, float]:
+    """Time ``args.steps`` training steps (after one warm-up step) in this process."""
+    torch.manual_seed(args.seed)
+    split = _split(num_items, args.users, args.seed)
+    model = SASRec(num_items, dim=args.dim, max_len=args.max_len)
+    sampler = SAMPLERS[sampler_name](num_items, args.negatives)
+    loss_fn = SoftmaxLoss()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    counts = torch.from_numpy(split.train_item_counts())
+
+    start = time.perf_counter()
+    sampler.update(model.item_table.detach(), counts)
+    build_seconds = time.perf_counter() - start
+
+    rng = np.random.default_rng(args.seed)
+    step_seconds = []
+    for step in range(args.steps + 1):
+        batch = training_batch(split, rng.choice(split.num_users, args.batch_size), args.max_len)
+        start = time.perf_counter()
+        queries = model(batch["inputs"])
+        is_query = (batch["targets"] > 0) & (batch["inputs"] > 0)
+        loss = loss_fn(queries[is_query], batch["targets"][is_query], model.item_table, sampler)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if step:  # the first step warms up allocators and kernels
+            step_seconds.append(time.perf_counter() - start)
+    return {
+        "step_seconds": float(np.median(step_seconds)),
+        "build_seconds": build_seconds,
+        "queries_per_step": int(is_query.sum()),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def _run_isolated(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict:
+    command = [
+        sys.executable, __file__, "--single", sampler_name, str(num_items),
+        *[f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
+          if k not in ("sizes", "samplers", "single")],
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", nargs="+", type=float, default=[1e4, 1e5, 1e6])
+    parser.add_argument("--samplers", nargs="+", choices=sorted(SAMPLERS),
+                        default=["full", "uniform", "midx"])
+    parser.add_argument("--users", type=int, default=5000)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--max-len", type=int, default=50)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--negatives", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--single", nargs=2, metavar=("SAMPLER", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.single:
+        print(json.dumps(measure(args, args.single[0], int(args.single[1]))))
+        return
+
+    print(f"SASRec D={args.dim}, batch {args.batch_size} users x max_len {args.max_len}, "
+          f"{args.negatives} negatives, {torch.get_num_threads()} threads, median of "
+          f"{args.steps} steps\n")
+    print("| N | sampler | s/step | speed-up over full | time / uniform's | index build s "
+          "| peak RSS MB |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for size in args.sizes:
+        num_items = int(size)
+        rows = {name: _run_isolated(args, name, num_items) for name in args.samplers}
+        for name, row in rows.items():
+            if "error" in row:
+                print(f"| {num_items:.0e} | {name} | failed: {row['error']} | | | | |")
+                continue
+            full, uniform = (rows.get(ref, {}).get("step_seconds") for ref in ("full", "uniform"))
+            speedup = f"{full / row['step_seconds']:.1f}x" if full else "-"
+            relative = f"{row['step_seconds'] / uniform:.2f}x" if uniform else "-"
+            print(f"| {num_items:.0e} | {name} | {row['step_seconds']:.3f} | {speedup} | "
+                  f"{relative} | {row['build_seconds']:.2f} | {row['peak_rss_mb']:.0f} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

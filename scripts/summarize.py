@@ -1,0 +1,93 @@
+"""Summarise runs: mean ± std over seeds of each (dataset, model, sampler) group.
+
+Reads every ``results.json`` below the given folders (e.g. a Hydra multirun directory) and prints
+a markdown table; ``--csv FILE`` also writes the per-group numbers as CSV.
+
+Example:
+    python scripts/summarize.py multirun/2026-11-22/10-00-00 --csv summary.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+METRICS = ["test/ndcg@10", "test/hr@10", "test/mrr@10", "val/ndcg@10"]
+GROUP = ["dataset", "model", "sampler", "negatives"]
+
+
+def load_runs(folders: list[Path]) -> pd.DataFrame:
+    """One row per ``results.json``: its group keys, seed, metrics and timings."""
+    rows = []
+    for folder in folders:
+        for path in sorted(folder.rglob("results.json")):
+            result = json.loads(path.read_text())
+            config = result["config"]
+            sampler = config["sampler"]
+            rows.append({
+                "dataset": config["dataset"]["name"],
+                "model": config["model"]["_target_"].rsplit(".", 1)[-1],
+                "sampler": _sampler_name(sampler),
+                "negatives": sampler.get("num_negatives") if "Full" not in sampler["_target_"]
+                else None,
+                "seed": config["seed"],
+                **{name: result["metrics"].get(name) for name in METRICS},
+                "epochs": result["epochs_run"],
+                "best_epoch": result["best_epoch"],
+                "s/epoch": result["seconds_per_epoch"],
+                "train s": result["train_wall_seconds"],
+                "path": str(path.parent),
+            })
+    if not rows:
+        raise SystemExit(f"no results.json below {', '.join(map(str, folders))}")
+    return pd.DataFrame(rows)
+
+
+def _sampler_name(sampler: dict) -> str:
+    """Readable sampler name: the class, with MIDX's quantiser and last stage."""
+    name = sampler["_target_"].rsplit(".", 1)[-1].removesuffix("Sampler").lower()
+    if name == "midx":
+        return f"midx[{sampler.get('quantizer', 'pq')},{sampler.get('last_stage', 'uniform')}]"
+    return name
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean and standard deviation over seeds of each group."""
+    numeric = [*METRICS, "epochs", "s/epoch", "train s"]
+    grouped = runs.fillna({"negatives": -1}).groupby(GROUP)
+    table = grouped[numeric].agg(["mean", "std"])
+    table.columns = [f"{name} {stat}" for name, stat in table.columns]
+    table.insert(0, "seeds", grouped.size())
+    return table.reset_index().replace({"negatives": {-1: None}})
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    header = [*GROUP, "seeds", *METRICS, "epochs", "s/epoch"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, row in table.iterrows():
+        cells = [str(row[key]) if row[key] is not None else "-" for key in GROUP]
+        cells.append(str(row["seeds"]))
+        for name in [*METRICS, "epochs", "s/epoch"]:
+            mean, std = row[f"{name} mean"], row[f"{name} std"]
+            cells.append(f"{mean:.4f} ± {0 if pd.isna(std) else std:.4f}"
+                         if name in METRICS else f"{mean:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--csv", type=Path, help="also write the table as CSV")
+    args = parser.parse_args()
+    table = summarize(load_runs(args.folders))
+    print(to_markdown(table))
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+
+
+if __name__ == "__main__":
+    main()
