@@ -9,6 +9,7 @@ import resource
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +27,26 @@ log = logging.getLogger(__name__)
 RESULTS_FILE = "results.json"
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
-    """Train and test one configuration; returns (and writes) the content of ``results.json``.
+@dataclass
+class Experiment:
+    """The objects of one run, built from a config but not yet trained."""
+
+    datamodule: L.LightningDataModule
+    module: L.LightningModule
+    trainer: L.Trainer
+    epoch_log: EpochLog
+    output_dir: Path
+
+
+def build(cfg: DictConfig) -> Experiment:
+    """Seed, prepare the data and instantiate model, sampler, loss, module and trainer.
 
     Args:
         cfg: a config composed from ``conf/`` (see ``conf/config.yaml``).
 
     Returns:
-        The results: config, dataset stats, ``val/*`` and ``test/*`` metrics, best epoch, epochs
-        run, timings and peak memory.
-
-    Example:
-        >>> with hydra.initialize(config_path="conf", version_base="1.3"):
-        ...     results = train(hydra.compose("config", overrides=["sampler=uniform"]))
+        The run's objects; ``experiment.trainer.fit(experiment.module, experiment.datamodule)``
+        trains it.
     """
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -58,13 +66,34 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     callbacks = [instantiate(c) for c in cfg.get("callbacks", {}).values()] + [epoch_log]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    return Experiment(datamodule, module, trainer, epoch_log, output_dir)
 
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train and test one configuration; returns (and writes) the content of ``results.json``.
+
+    Args:
+        cfg: a config composed from ``conf/`` (see ``conf/config.yaml``).
+
+    Returns:
+        The results: config, dataset stats, ``val/*`` and ``test/*`` metrics, best epoch, epochs
+        run, timings, peak memory and the sampler's refresh summary.
+
+    Example:
+        >>> with hydra.initialize(config_path="conf", version_base="1.3"):
+        ...     results = train(hydra.compose("config", overrides=["sampler=uniform"]))
+    """
+    experiment = build(cfg)
+    datamodule, module, trainer = experiment.datamodule, experiment.module, experiment.trainer
+    output_dir = experiment.output_dir
     start = time.perf_counter()
     trainer.fit(module, datamodule=datamodule)
     train_wall_seconds = time.perf_counter() - start
     # Testing restores callback states from the best checkpoint: keep the full logs first.
-    epochs = list(epoch_log.rows)
-    refreshes = [row for c in callbacks if isinstance(c, SamplerRefresh) for row in c.history]
+    epochs = list(experiment.epoch_log.rows)
+    refreshes = [
+        row for c in trainer.callbacks if isinstance(c, SamplerRefresh) for row in c.history
+    ]
     test_metrics = trainer.test(module, datamodule=datamodule, ckpt_path="best", verbose=False)[0]
 
     monitor = cfg.task.monitor

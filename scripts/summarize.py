@@ -68,7 +68,7 @@ def to_markdown(table: pd.DataFrame) -> str:
     header = [*GROUP, "seeds", *METRICS, "epochs", "s/epoch"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, row in table.iterrows():
-        cells = [str(row[key]) if row[key] is not None else "-" for key in GROUP]
+        cells = [_cell(row[key]) for key in GROUP]
         cells.append(str(row["seeds"]))
         for name in [*METRICS, "epochs", "s/epoch"]:
             mean, std = row[f"{name} mean"], row[f"{name} std"]
@@ -76,6 +76,12 @@ def to_markdown(table: pd.DataFrame) -> str:
                          if name in METRICS else f"{mean:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def main() -> None:

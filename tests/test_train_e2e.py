@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import ROOT, TINY_RUN, sampler_overrides
-from recsys_midx.experiment import train
+from recsys_midx.experiment import build, train
 
 SAMPLERS = {
     "full": "FullSampler",
@@ -91,3 +92,21 @@ def test_unknown_sampler_lists_the_valid_options(tmp_path):
     assert "Could not find 'sampler/nope'" in message
     for option in ("full", "uniform", "popularity"):
         assert option in message
+
+
+def test_resumed_run_keeps_the_checkpointed_midx_proposal(compose_config, tmp_path):
+    train(compose_config([*TINY_RUN, *sampler_overrides("midx")]))
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    saved = {
+        key.removeprefix("sampler."): value
+        for key, value in torch.load(last, weights_only=True)["state_dict"].items()
+        if key.startswith("sampler.")
+    }
+    # Resuming at the end of training runs the fit start-up but no further epoch: the sampler
+    # must be the checkpointed one, not rebuilt from the restored table.
+    experiment = build(compose_config([*TINY_RUN, *sampler_overrides("midx")]))
+    experiment.trainer.fit(experiment.module, experiment.datamodule, ckpt_path=str(last))
+    resumed = experiment.module.sampler.state_dict()
+    assert saved.keys() == resumed.keys()
+    for key, value in saved.items():
+        assert torch.equal(resumed[key], value), key

@@ -44,6 +44,7 @@ from torch import Tensor
 
 from recsys_midx.samplers.base import Sampler, check_ids, check_num_samples, check_query
 from recsys_midx.samplers.codebooks import Codebooks, IndexModule, make_codebooks
+from recsys_midx.samplers.popularity import popularity_weights
 
 #: The dense ``K**B`` table is used when at least this fraction of its cells is non-empty.
 _DENSE_MIN_FILL = 1.0 / 3.0
@@ -198,25 +199,11 @@ class _PopularityStage(_LastStage):
         item_counts: Tensor | None,
         codebooks: Codebooks,
     ) -> None:
-        if item_counts is not None:
-            if tuple(item_counts.shape) != (item_emb.shape[0],):
-                raise ValueError(
-                    f"item_counts must have shape [N+1] = [{item_emb.shape[0]}], "
-                    f"got {tuple(item_counts.shape)}"
-                )
-            counts = item_counts.detach().to(item_emb.device, torch.float64)
-            if not bool(torch.isfinite(counts).all()) or bool((counts < 0).any()):
-                raise ValueError("item_counts must be finite and non-negative")
-            self.counts = counts
-        elif self.counts.numel() == 0:
+        if item_counts is None and self.counts.numel() == 0:
             raise ValueError("the popularity last stage needs item_counts on its first update")
-        weights = (self.counts + self.smoothing).pow_(self.alpha)
-        weights[0] = 0.0
-        if not bool(torch.isfinite(weights).all()) or not float(weights.sum()) > 0:
-            raise ValueError(
-                f"weights (count + {self.smoothing}) ** {self.alpha} must be finite with a "
-                "positive sum; use pop_smoothing > 0 when some counts are zero"
-            )
+        counts = self.counts if item_counts is None else item_counts.detach().to(item_emb.device)
+        weights = popularity_weights(counts, item_emb.shape[0] - 1, self.alpha, self.smoothing)
+        self.counts = counts.to(torch.float64)
         self.log_weights = weights.log().float()
         self.cum_weights = weights[order].cumsum(0)
         self.cell_cum_weights = _prefix_sum(self.cum_weights, offsets)

@@ -81,22 +81,11 @@ class PopularitySampler(Sampler):
                 f"item_emb must have shape [N+1, D] = [{self.num_items + 1}, D], "
                 f"got {tuple(item_emb.shape)}"
             )
-        if tuple(item_counts.shape) != (self.num_items + 1,):
-            raise ValueError(
-                f"item_counts must have shape [N+1] = [{self.num_items + 1}], "
-                f"got {tuple(item_counts.shape)}"
-            )
         # Built on the CPU in float64: runs rarely, and not every accelerator has float64.
-        counts = item_counts.detach().to("cpu", torch.float64)[1:]
-        if not bool(torch.isfinite(counts).all()) or bool((counts < 0).any()):
-            raise ValueError("item_counts must be finite and non-negative")
-        weights = (counts + self.smoothing).pow_(self.alpha)
-        if not bool(torch.isfinite(weights).all()) or not float(weights.sum()) > 0:
-            raise ValueError(
-                f"weights (count + {self.smoothing}) ** {self.alpha} must be finite with a "
-                "positive sum; use smoothing > 0 when some counts are zero"
-            )
-        self.cum_weights.copy_(_cumulative_widths(weights))
+        weights = popularity_weights(
+            item_counts.to("cpu"), self.num_items, self.alpha, self.smoothing
+        )
+        self.cum_weights.copy_(_cumulative_widths(weights[1:]))
         self._ready = True
 
     @torch.no_grad()
@@ -167,6 +156,41 @@ class PopularitySampler(Sampler):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, alpha={self.alpha}, smoothing={self.smoothing}"
+
+
+def popularity_weights(
+    item_counts: Tensor, num_items: int, alpha: float, smoothing: float
+) -> Tensor:
+    """Popularity weights ``(count_i + smoothing) ** alpha`` in float64, ``0`` for padding.
+
+    Args:
+        item_counts: ``[N+1]`` non-negative interaction counts (index 0, padding, is ignored).
+        num_items: ``N``.
+        alpha: exponent (0: uniform, 1: proportional to counts).
+        smoothing: added to every count, so that unseen items stay drawable when positive.
+
+    Returns:
+        ``[N+1]`` float64 weights on the device of ``item_counts``.
+
+    Raises:
+        ValueError: if counts are not ``[N+1]``, negative or not finite, or the weights are not
+            finite or all zero.
+    """
+    if tuple(item_counts.shape) != (num_items + 1,):
+        raise ValueError(
+            f"item_counts must have shape [N+1] = [{num_items + 1}], got {tuple(item_counts.shape)}"
+        )
+    counts = item_counts.detach().to(torch.float64)
+    if not bool(torch.isfinite(counts).all()) or bool((counts < 0).any()):
+        raise ValueError("item_counts must be finite and non-negative")
+    weights = (counts + smoothing).pow_(alpha)
+    weights[0] = 0.0
+    if not bool(torch.isfinite(weights).all()) or not float(weights.sum()) > 0:
+        raise ValueError(
+            f"weights (count + {smoothing}) ** {alpha} must be finite with a positive sum; "
+            "use a positive smoothing when some counts are zero"
+        )
+    return weights
 
 
 def _cumulative_widths(weights: Tensor) -> Tensor:
