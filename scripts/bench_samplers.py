@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from recsys_midx.samplers.base import Sampler  # noqa: E402
 from recsys_midx.samplers.diagnostics import proposal_divergence  # noqa: E402
 from recsys_midx.samplers.midx import MIDXSampler  # noqa: E402
+from recsys_midx.samplers.popularity import PopularitySampler  # noqa: E402
+from recsys_midx.samplers.uniform import UniformSampler  # noqa: E402
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -94,18 +96,11 @@ def make_catalog(
 def sampler_factories(
     num_negatives: int, num_codewords: int
 ) -> dict[str, Callable[[int], Sampler]]:
-    """Constructors ``N -> sampler`` by name; baselines only if their modules are importable."""
-    factories: dict[str, Callable[[int], Sampler]] = {}
-    with contextlib.suppress(ImportError):
-        from recsys_midx.samplers.uniform import UniformSampler
-
-        factories["uniform"] = lambda n: UniformSampler(n, num_negatives)
-    with contextlib.suppress(ImportError):
-        from recsys_midx.samplers.popularity import PopularitySampler
-
-        factories["popularity"] = lambda n: PopularitySampler(
-            n, num_negatives, alpha=0.75, smoothing=1.0
-        )
+    """Constructors ``N -> sampler`` by name."""
+    factories: dict[str, Callable[[int], Sampler]] = {
+        "uniform": lambda n: UniformSampler(n, num_negatives),
+        "popularity": lambda n: PopularitySampler(n, num_negatives, alpha=0.75, smoothing=1.0),
+    }
     midx_variants = {
         "midx": {},
         "midx_pop": {"last_stage": "popularity"},
