@@ -1,7 +1,8 @@
 """Tests of downloads, archive extraction, the MovieLens source and the processed cache.
 
 Everything is offline: archives are built by the tests from made-up rows and served by a local
-HTTP server.
+HTTP server. The server and archive helpers (``FileServer``, ``server``, ``zip_bytes``,
+``tar_bytes``, ``publish``, ``tree``) are shared with the ``test_sources_*`` modules.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import pickle
 import re
 import stat
+import tarfile
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -32,7 +34,13 @@ from recsys_midx.data import (
     UnsafeArchiveError,
 )
 import recsys_midx.data.pipeline as pipeline_module
-from recsys_midx.data.download import download, extract_zip, file_md5
+from recsys_midx.data.download import (
+    download,
+    extract_archive,
+    extract_tar,
+    extract_zip,
+    file_md5,
+)
 from recsys_midx.data.pipeline import cache_directory
 
 #: Served with a Content-Length larger than the body, as a dropped connection looks.
@@ -87,7 +95,8 @@ def server(tmp_path: Path) -> Iterator[FileServer]:
     served.stop()
 
 
-def _zip_bytes(files: dict[str, bytes]) -> bytes:
+def zip_bytes(files: dict[str, bytes]) -> bytes:
+    """A zip archive holding ``files`` (name -> content)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, content in files.items():
@@ -108,27 +117,39 @@ def _ml1m_zip() -> bytes:
     ratings = "".join(f"{u}::{i}::{r}::{t}\n" for u, i, r, t in RATINGS)
     movies = "1::Café au lait (1994)::Comedy\n2::Straße (1999)::Drama\n99::Ño (2000)::Drama\n"
     users = "".join(f"{u}::F::25::10::12345\n" for u in range(1, 10))
-    return _zip_bytes({
+    return zip_bytes({
         "ml-1m/ratings.dat": ratings.encode(),
         "ml-1m/movies.dat": movies.encode("latin-1"),
         "ml-1m/users.dat": users.encode(),
     })
 
 
-def _publish(server: FileServer, name: str, content: bytes) -> tuple[str, str]:
+def publish(server: FileServer, name: str, content: bytes) -> tuple[str, str]:
     """Serve ``content`` as ``name``; returns its url and md5."""
     path = server.root / name
     path.write_bytes(content)
     return server.url(name), file_md5(path)
 
 
-def _tree(folder: Path) -> list[str]:
+def tar_bytes(files: dict[str, bytes], mode: str = "w:gz") -> bytes:
+    """A tar archive (gzipped by default) holding ``files`` (name -> content)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=mode) as tf:
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tf.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def tree(folder: Path) -> list[str]:
+    """Every path under ``folder``, relative and sorted (empty if it does not exist)."""
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
 
 
 def test_movielens_downloads_checks_extracts_and_prepares(server: FileServer,
                                                           tmp_path: Path) -> None:
-    url, md5 = _publish(server, "ml-1m.zip", _ml1m_zip())
+    url, md5 = publish(server, "ml-1m.zip", _ml1m_zip())
     data_dir = tmp_path / "data"
     ds = MovieLens("ml-1m-mini", "ml-1m", url=url, md5=md5).prepare(data_dir)
 
@@ -136,11 +157,11 @@ def test_movielens_downloads_checks_extracts_and_prepares(server: FileServer,
     assert ds.name == "ml-1m-mini"
     assert re.fullmatch(r"ml-1m-mini-[0-9a-f]{12}", ds.directory.name)
     assert ds.directory.parent == data_dir / "processed"
-    assert _tree(ds.directory) == [
+    assert tree(ds.directory) == [
         "interactions.parquet", "item_map.parquet", "settings.json", "stats.json",
         "user_map.parquet",
     ]
-    assert _tree(data_dir / "raw") == [
+    assert tree(data_dir / "raw") == [
         "ml-1m", "ml-1m.zip", "ml-1m/ml-1m", "ml-1m/ml-1m/movies.dat",
         "ml-1m/ml-1m/ratings.dat", "ml-1m/ml-1m/users.dat",
     ]
@@ -159,7 +180,7 @@ def test_movielens_downloads_checks_extracts_and_prepares(server: FileServer,
 
 def test_second_prepare_reuses_the_cache_offline(server: FileServer, tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    url, md5 = _publish(server, "ml-1m.zip", _ml1m_zip())
+    url, md5 = publish(server, "ml-1m.zip", _ml1m_zip())
     data_dir = tmp_path / "data"
     first = MovieLens("ml-1m", "ml-1m", url=url, md5=md5).prepare(data_dir)
     server.stop()
@@ -171,7 +192,7 @@ def test_second_prepare_reuses_the_cache_offline(server: FileServer, tmp_path: P
 
 
 def test_wrong_md5_raises_and_leaves_nothing(server: FileServer, tmp_path: Path) -> None:
-    url, md5 = _publish(server, "ml-1m.zip", _ml1m_zip())
+    url, md5 = publish(server, "ml-1m.zip", _ml1m_zip())
     data_dir = tmp_path / "data"
     wrong = "0" * 32
     with pytest.raises(ChecksumError) as info:
@@ -179,13 +200,13 @@ def test_wrong_md5_raises_and_leaves_nothing(server: FileServer, tmp_path: Path)
     message = str(info.value)
     assert url in message and wrong in message and md5 in message
     assert (info.value.expected, info.value.actual) == (wrong, md5)
-    assert _tree(data_dir / "raw") == []
-    assert _tree(data_dir / "processed") == []
+    assert tree(data_dir / "raw") == []
+    assert tree(data_dir / "processed") == []
 
 
 def test_download_reuses_a_verified_file_and_replaces_a_stale_one(server: FileServer,
                                                                   tmp_path: Path) -> None:
-    url, md5 = _publish(server, "blob.bin", b"fresh content")
+    url, md5 = publish(server, "blob.bin", b"fresh content")
     dest = tmp_path / "raw" / "blob.bin"
     dest.parent.mkdir()
     dest.write_bytes(b"stale content")
@@ -193,7 +214,7 @@ def test_download_reuses_a_verified_file_and_replaces_a_stale_one(server: FileSe
     assert dest.read_bytes() == b"fresh content"
     server.stop()
     assert download(url, dest, md5.upper(), progress=False).read_bytes() == b"fresh content"
-    assert _tree(dest.parent) == ["blob.bin"]
+    assert tree(dest.parent) == ["blob.bin"]
 
 
 def test_download_reports_http_errors(server: FileServer, tmp_path: Path) -> None:
@@ -201,14 +222,14 @@ def test_download_reports_http_errors(server: FileServer, tmp_path: Path) -> Non
     with pytest.raises(DownloadError, match="404") as info:
         download(server.url("absent.zip"), raw / "absent.zip", None, progress=False)
     assert info.value.url == server.url("absent.zip")
-    assert _tree(raw) == []
+    assert tree(raw) == []
 
 
 def test_download_detects_a_short_body(server: FileServer, tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     with pytest.raises(DownloadError, match="short.bin"):
         download(server.url(SHORT_PATH.lstrip("/")), raw / "short.bin", None, progress=False)
-    assert _tree(raw) == []
+    assert tree(raw) == []
 
 
 def _symlink_entry() -> zipfile.ZipInfo:
@@ -238,11 +259,11 @@ def test_unsafe_archives_are_refused(tmp_path: Path, entry: str | zipfile.ZipInf
         extract_zip(archive, dest)
     name = entry.filename if isinstance(entry, zipfile.ZipInfo) else entry
     assert info.value.member == name and repr(name) in str(info.value)
-    assert _tree(tmp_path) == ["bad.zip"]
+    assert tree(tmp_path) == ["bad.zip"]
 
 
 def test_unsafe_archive_is_refused_by_the_source(server: FileServer, tmp_path: Path) -> None:
-    url, md5 = _publish(server, "ml-1m.zip", _zip_bytes({
+    url, md5 = publish(server, "ml-1m.zip", zip_bytes({
         "ml-1m/ratings.dat": b"1::1::5::1\n", "../evil": b"x",
     }))
     with pytest.raises(UnsafeArchiveError, match="'../evil'"):
@@ -257,28 +278,92 @@ def test_truncated_archive_is_a_clear_error(tmp_path: Path) -> None:
     archive.write_bytes(content[: len(content) // 2])
     with pytest.raises(CorruptArchiveError, match="cut.zip is not a readable zip archive"):
         extract_zip(archive, tmp_path / "cut")
-    assert _tree(tmp_path) == ["cut.zip"]
+    assert tree(tmp_path) == ["cut.zip"]
 
 
 def test_corrupt_member_is_a_clear_error(tmp_path: Path) -> None:
-    content = bytearray(_zip_bytes({"data/a.txt": b"hello world " * 100}))
+    content = bytearray(zip_bytes({"data/a.txt": b"hello world " * 100}))
     content[60] ^= 0xFF  # inside the compressed data of the only member
     archive = tmp_path / "bad.zip"
     archive.write_bytes(bytes(content))
     with pytest.raises(CorruptArchiveError, match="bad.zip"):
         extract_zip(archive, tmp_path / "bad")
-    assert _tree(tmp_path) == ["bad.zip"]
+    assert tree(tmp_path) == ["bad.zip"]
+
+
+def _tar_entry(name: str, kind: bytes, linkname: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = linkname
+    return info
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        (_tar_entry("../evil.txt", tarfile.REGTYPE), "'..' component"),
+        (_tar_entry("data/../../evil.txt", tarfile.REGTYPE), "'..' component"),
+        (_tar_entry("/tmp/evil.txt", tarfile.REGTYPE), "absolute path"),
+        (_tar_entry("data/link", tarfile.SYMTYPE, "/etc/passwd"), "symbolic link"),
+        (_tar_entry("data/hard", tarfile.LNKTYPE, "data/fine.txt"), "hard link"),
+        (_tar_entry("data/dev", tarfile.CHRTYPE), "device"),
+        (_tar_entry("data/fifo", tarfile.FIFOTYPE), "FIFO"),
+    ],
+)
+def test_unsafe_tar_archives_are_refused(tmp_path: Path, entry: tarfile.TarInfo,
+                                         reason: str) -> None:
+    archive = tmp_path / "bad.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        fine = tarfile.TarInfo("data/fine.txt")
+        fine.size = 2
+        tf.addfile(fine, io.BytesIO(b"ok"))
+        if entry.isreg():
+            entry.size = 4
+            tf.addfile(entry, io.BytesIO(b"evil"))
+        else:
+            tf.addfile(entry)
+    dest = tmp_path / "out" / "bad"
+    with pytest.raises(UnsafeArchiveError, match=reason) as info:
+        extract_tar(archive, dest)
+    assert info.value.member == entry.name and repr(entry.name) in str(info.value)
+    # Nothing is left: neither the folder nor the entry extracted before the bad one.
+    assert tree(tmp_path / "out") == []
+
+
+def test_tar_archives_are_extracted_atomically_and_reused(tmp_path: Path) -> None:
+    archive = tmp_path / "data.tgz"
+    archive.write_bytes(tar_bytes({"top/a.txt": b"alpha", "top/sub/b.txt": b"beta"}))
+    dest = extract_archive(archive, tmp_path / "out")
+    assert tree(dest) == ["top", "top/a.txt", "top/sub", "top/sub/b.txt"]
+    assert (dest / "top/sub/b.txt").read_bytes() == b"beta"
+    archive.unlink()  # an extracted folder is complete, so it is reused without the archive
+    assert extract_archive(archive, tmp_path / "out") == dest
+
+
+@pytest.mark.parametrize("mode", ["w:gz", "w"])
+def test_truncated_tar_is_a_clear_error(tmp_path: Path, mode: str) -> None:
+    content = tar_bytes({f"top/{i}.txt": bytes(range(256)) * 40 for i in range(5)}, mode)
+    archive = tmp_path / ("cut.tar.gz" if mode == "w:gz" else "cut.tar")
+    archive.write_bytes(content[: len(content) // 2])
+    with pytest.raises(CorruptArchiveError, match="is not a readable tar archive"):
+        extract_tar(archive, tmp_path / "cut")
+    assert tree(tmp_path) == [archive.name]
+
+
+def test_archive_kind_comes_from_the_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"not a \.zip or \.tar"):
+        extract_archive(tmp_path / "data.rar", tmp_path / "out")
 
 
 def test_truncated_download_without_md5_is_removed(server: FileServer, tmp_path: Path) -> None:
     content = _ml1m_zip()
-    url, _ = _publish(server, "ml-1m.zip", content[: len(content) // 2])
+    url, _ = publish(server, "ml-1m.zip", content[: len(content) // 2])
     data_dir = tmp_path / "data"
     with pytest.raises(CorruptArchiveError):
         MovieLens("ml-1m", "ml-1m", url=url, md5=None).prepare(data_dir)
     # The bad archive is gone, so the next run downloads it again instead of reusing it.
-    assert _tree(data_dir / "raw") == []
-    assert _tree(data_dir / "processed") == []
+    assert tree(data_dir / "raw") == []
+    assert tree(data_dir / "processed") == []
 
 
 def _write_ml100k(folder: Path) -> None:
@@ -299,8 +384,10 @@ def test_raw_dir_reads_an_extracted_folder(tmp_path: Path) -> None:
     ds = source.prepare(data_dir)
     assert (ds.num_users, ds.num_items, len(ds.interactions)) == (6, 5, 30)
     assert not (data_dir / "raw").exists()
+    stat = (folder / "u.data").stat()
     assert source.fingerprint() == {
         "source": "movielens", "variant": "ml-100k", "raw_dir": str(folder.resolve()),
+        "files": [[stat.st_size, stat.st_mtime_ns]],
     }
 
 
@@ -325,8 +412,7 @@ def test_csv_variants_are_read(tmp_path: Path) -> None:
     source = MovieLens("ml-20m", "ml-20m", url=None, md5=None, raw_dir=str(folder),
                        preprocess={"user_core": 0, "item_core": 0})
     raw = source.load_raw(tmp_path)
-    assert raw.columns.tolist() == ["user", "item", "rating", "timestamp"]
-    assert raw.values.tolist() == [list(r) for r in rows]
+    assert raw[["user", "item", "rating", "timestamp"]].values.tolist() == [list(r) for r in rows]
 
 
 def test_malformed_ratings_name_the_file(tmp_path: Path) -> None:
@@ -353,7 +439,7 @@ def test_interrupted_write_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(pipeline_module, "_write", write_then_crash)
     with pytest.raises(KeyboardInterrupt):
         source.prepare(data_dir)
-    assert _tree(data_dir / "processed") == []
+    assert tree(data_dir / "processed") == []
     monkeypatch.undo()
     assert source.prepare(data_dir).num_users == 6
 
@@ -367,9 +453,9 @@ def test_cache_key_follows_content_not_mirror(tmp_path: Path) -> None:
         url="http://b/ml-1m.zip", md5=md5.upper())
     assert folder_for(url="http://a/ml-1m.zip", md5=None) != folder_for(
         url="http://b/ml-1m.zip", md5=None)
-    assert folder_for(url="http://a/ml-1m.zip", md5=md5) != cache_directory(
-        MovieLens("ml-1m", "ml-1m", url="http://a/ml-1m.zip", md5=md5,
-                  preprocess={"min_rating": 4}), tmp_path)
+    for setting in ({"min_rating": 4}, {"max_seq_len": 50}, {"dedup": "first"}):
+        assert folder_for(url="http://a/ml-1m.zip", md5=md5) != folder_for(
+            url="http://a/ml-1m.zip", md5=md5, preprocess=setting)
 
 
 def test_movielens_arguments_are_checked() -> None:

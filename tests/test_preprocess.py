@@ -112,7 +112,9 @@ def test_rating_threshold_keeps_ratings_at_or_above() -> None:
     out = preprocess(raw, PreprocessSettings(min_rating=4, user_core=0, item_core=0))
     assert _raw_pairs(out) == [("1", "1"), ("1", "3"), ("2", "2")]
     assert out.interactions["rating"].tolist() == [5.0, 4.0, 4.5]
-    assert out.stats["rows_after_step"] == {"input": 5, "rating": 3, "dedup": 3, "k_core": 3}
+    assert out.stats["rows_after_step"] == {
+        "input": 5, "rating": 3, "dedup": 3, "k_core": 3, "max_seq_len": 3, "min_seq_len": 3,
+    }
 
 
 def test_rating_threshold_is_exact_for_decimal_ratings() -> None:
@@ -231,7 +233,7 @@ def test_stats_values() -> None:
     }
     assert stats["settings"] == {
         "min_rating": None, "user_core": 0, "item_core": 0, "iterative_core": True,
-        "dedup": "keep",
+        "dedup": "keep", "min_seq_len": 0, "max_seq_len": None,
     }
 
 
@@ -311,3 +313,37 @@ def test_a_million_rows_keep_the_invariants() -> None:
     user_id = out.interactions["user_id"].to_numpy()
     assert (np.diff(user_id) >= 0).all()
     assert out.stats["sequence_length"]["min"] >= 5
+
+
+def test_max_seq_len_keeps_the_most_recent_interactions() -> None:
+    # User a: 5 interactions (written out of order), user b: 2.
+    raw = _frame([("a", f"x{t}", t) for t in (3, 1, 5, 2, 4)] + [("b", "y1", 1), ("b", "y2", 2)])
+    out = preprocess(raw, PreprocessSettings(user_core=0, item_core=0, max_seq_len=3))
+    assert _raw_pairs(out) == [("a", "x3"), ("a", "x4"), ("a", "x5"), ("b", "y1"), ("b", "y2")]
+    assert out.stats["rows_after_step"]["max_seq_len"] == 5
+    assert out.stats["items"] == 5  # items seen only in the dropped past are gone too
+
+
+def test_min_seq_len_drops_short_users_after_the_core() -> None:
+    raw = _frame([("a", "x", 1), ("a", "y", 2), ("a", "z", 3), ("b", "x", 1), ("b", "y", 2)])
+    out = preprocess(raw, PreprocessSettings(user_core=0, item_core=0, min_seq_len=3))
+    assert out.user_map["raw_id"].tolist() == ["a"]
+    assert out.stats["rows_after_step"]["min_seq_len"] == 3
+    # A cap below the minimum length could only empty the data: it is refused.
+    with pytest.raises(ValueError, match="max_seq_len must be >= max"):
+        PreprocessSettings(min_seq_len=3, max_seq_len=2)
+    with pytest.raises(EmptyDatasetError, match=r"sequence length filter \(min_seq_len=4\)"):
+        preprocess(raw, PreprocessSettings(user_core=0, item_core=0, min_seq_len=4))
+
+
+def test_categorical_ids_are_used_as_they_are() -> None:
+    # Categories in no particular order, with one that never occurs.
+    users = pd.Categorical(["b", "a", "b"], categories=["b", "zz", "a"])
+    items = pd.Categorical([30, 4, 4], categories=[30, 4])
+    raw = pd.DataFrame({"user": users, "item": items, "timestamp": np.array([5, 7, 3])})
+    out = preprocess(raw, NO_FILTER)
+    assert out.user_map["raw_id"].tolist() == ["a", "b"]
+    assert out.item_map["raw_id"].tolist() == ["4", "30"]
+    assert _raw_pairs(out) == [("a", "4"), ("b", "4"), ("b", "30")]
+    with pytest.raises(DataError, match="'user' has 1 missing values"):
+        preprocess(raw.assign(user=pd.Categorical(["a", None, "b"])), NO_FILTER)

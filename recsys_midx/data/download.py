@@ -1,4 +1,4 @@
-"""Downloads with checksums, safe zip extraction, and atomic publication of files and folders.
+"""Downloads with checksums, safe archive extraction (zip, tar), atomic publication of results.
 
 Nothing here ever leaves a half-written result under its final name: files are streamed into a
 temporary sibling and renamed into place once complete and verified, folders are filled as a
@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import stat
+import tarfile
 import urllib.error
 import urllib.request
 import uuid
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
 _TIMEOUT_S = 60.0
+_TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
 
 
 def _temporary_sibling(path: Path) -> Path:
@@ -169,18 +171,43 @@ def _fetch(url: str, target: Path, *, progress: bool, label: str) -> str:
     return digest.hexdigest()
 
 
-def _unsafe_reason(info: zipfile.ZipInfo) -> str | None:
-    """Why an archive entry must not be extracted, or None if it is safe."""
+def _unsafe_path(name: str) -> str | None:
+    """Why an entry name could escape the extraction folder, or None if it cannot."""
     # Windows path rules accept both separators and also catch drive letters ("C:...").
-    path = PureWindowsPath(info.filename)
+    path = PureWindowsPath(name)
     if path.drive or path.root:
         return "has an absolute path"
     if ".." in path.parts:
         return "has a '..' component"
+    return None
+
+
+def _unsafe_zip_entry(info: zipfile.ZipInfo) -> str | None:
+    """Why a zip entry must not be extracted, or None if it is safe."""
     # Unix permission bits live in the high 16 bits of external_attr.
     if stat.S_ISLNK(info.external_attr >> 16):
         return "is a symbolic link"
-    return None
+    return _unsafe_path(info.filename)
+
+
+def _unsafe_tar_entry(member: tarfile.TarInfo) -> str | None:
+    """Why a tar entry must not be extracted, or None if it is safe (a plain file or folder)."""
+    if member.issym():
+        return "is a symbolic link"
+    if member.islnk():
+        return "is a hard link"
+    if not (member.isfile() or member.isdir()):
+        return "is a device, FIFO or other special file"
+    return _unsafe_path(member.name)
+
+
+def _reuse(archive: Path, dest_dir: Path) -> bool:
+    """Whether ``dest_dir`` already holds the extracted archive (complete, by construction)."""
+    if dest_dir.is_dir():
+        log.info("Reusing extracted %s", dest_dir)
+        return True
+    log.info("Extracting %s -> %s", archive, dest_dir)
+    return False
 
 
 def extract_zip(archive: Path, dest_dir: Path) -> Path:
@@ -207,14 +234,12 @@ def extract_zip(archive: Path, dest_dir: Path) -> Path:
         >>> root = extract_zip(raw / "ml-1m.zip", raw / "ml-1m")  # doctest: +SKIP
     """
     archive, dest_dir = Path(archive), Path(dest_dir)
-    if dest_dir.is_dir():
-        log.info("Reusing extracted %s", dest_dir)
+    if _reuse(archive, dest_dir):
         return dest_dir
-    log.info("Extracting %s -> %s", archive, dest_dir)
     try:
         with zipfile.ZipFile(archive) as zf:
             for info in zf.infolist():
-                reason = _unsafe_reason(info)
+                reason = _unsafe_zip_entry(info)
                 if reason is not None:
                     raise UnsafeArchiveError(archive, info.filename, reason)
             with atomic_directory(dest_dir) as tmp:
@@ -222,3 +247,71 @@ def extract_zip(archive: Path, dest_dir: Path) -> Path:
     except (zipfile.BadZipFile, zlib.error, EOFError) as e:
         raise CorruptArchiveError(archive, str(e) or type(e).__name__) from e
     return dest_dir
+
+
+def extract_tar(archive: Path, dest_dir: Path) -> Path:
+    """Extract a tar archive (plain, gzip, bzip2 or xz) safely and atomically into ``dest_dir``.
+
+    Only plain files and folders are extracted: absolute paths, ``..`` components, symbolic and
+    hard links, devices and FIFOs are refused. The archive is read in one streaming pass (a
+    compressed tar has no index to check first), into a temporary sibling of ``dest_dir`` that is
+    removed if any entry is refused or the archive turns out truncated, and renamed into place
+    otherwise. An existing ``dest_dir`` is therefore complete and is reused as is.
+
+    Args:
+        archive: the tar file.
+        dest_dir: the folder to create; it receives the archive's top-level entries.
+
+    Returns:
+        ``dest_dir``.
+
+    Raises:
+        UnsafeArchiveError: an entry could escape ``dest_dir`` or is not a plain file or folder.
+        CorruptArchiveError: the archive is truncated or otherwise unreadable.
+
+    Example:
+        >>> raw = Path("datasets/raw")
+        >>> archive = raw / "lastfm-dataset-1K.tar.gz"
+        >>> root = extract_tar(archive, raw / "lastfm-1k")  # doctest: +SKIP
+    """
+    archive, dest_dir = Path(archive), Path(dest_dir)
+    if _reuse(archive, dest_dir):
+        return dest_dir
+    try:
+        with tarfile.open(archive, "r:*") as tf, atomic_directory(dest_dir) as tmp:
+            for member in tf:
+                reason = _unsafe_tar_entry(member)
+                if reason is not None:
+                    raise UnsafeArchiveError(archive, member.name, reason)
+                # The "data" filter re-checks what we checked and also drops set-uid bits and
+                # foreign ownership.
+                tf.extract(member, tmp, filter="data")
+    except (tarfile.TarError, zlib.error, EOFError, OSError) as e:
+        if isinstance(e, tarfile.FilterError):
+            raise UnsafeArchiveError(archive, e.tarinfo.name, str(e)) from e
+        raise CorruptArchiveError(archive, str(e) or type(e).__name__, kind="tar") from e
+    return dest_dir
+
+
+def extract_archive(archive: Path, dest_dir: Path) -> Path:
+    """Extract a zip or tar archive (chosen by the file name) with :func:`extract_zip` or
+    :func:`extract_tar`.
+
+    Args:
+        archive: a ``.zip``, ``.tar``, ``.tar.gz``/``.tgz``, ``.tar.bz2`` or ``.tar.xz`` file.
+        dest_dir: the folder to create.
+
+    Returns:
+        ``dest_dir``.
+
+    Raises:
+        ValueError: the file name has none of those suffixes.
+        UnsafeArchiveError: see :func:`extract_zip` and :func:`extract_tar`.
+        CorruptArchiveError: see :func:`extract_zip` and :func:`extract_tar`.
+    """
+    name = Path(archive).name.lower()
+    if name.endswith(".zip"):
+        return extract_zip(archive, dest_dir)
+    if name.endswith(_TAR_SUFFIXES):
+        return extract_tar(archive, dest_dir)
+    raise ValueError(f"{archive}: not a .zip or .tar[.gz|.bz2|.xz] archive")

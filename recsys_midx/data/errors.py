@@ -7,6 +7,7 @@ says precisely what went wrong and where.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ class EmptyDatasetError(DataError):
 
 
 class UnsafeArchiveError(DataError):
-    """An archive entry would be written outside the extraction folder (or is a symlink).
+    """An archive entry would be written outside the extraction folder, or is a link or device.
 
     Args:
         archive: the archive.
@@ -109,14 +110,95 @@ class UnsafeArchiveError(DataError):
 
 
 class CorruptArchiveError(DataError):
-    """An archive cannot be read (truncated, not a zip, bad CRC).
+    """An archive or compressed file cannot be read (truncated, wrong format, bad CRC).
 
     Args:
-        archive: the archive.
+        archive: the archive or compressed file.
         reason: what the reader reported.
+        kind: the format it should have (``"zip"``, ``"tar"``, ``"gzip"``...).
     """
 
-    def __init__(self, archive: Path, reason: str) -> None:
+    def __init__(self, archive: Path, reason: str, kind: str = "zip") -> None:
         self.archive = Path(archive)
         self.reason = reason
-        super().__init__(f"{self.archive} is not a readable zip archive ({reason})")
+        self.kind = kind
+        super().__init__(f"{self.archive} is not a readable {kind} archive ({reason})")
+
+
+class MissingColumnsError(DataError):
+    """A raw file lacks columns that the column mapping names.
+
+    Args:
+        path: the file.
+        missing: the mapped names that were not found.
+        found: the columns the file does have.
+    """
+
+    def __init__(self, path: Path, missing: Sequence[str], found: Sequence[str]) -> None:
+        self.path = Path(path)
+        self.missing = tuple(missing)
+        self.found = tuple(found)
+        super().__init__(
+            f"{self.path} has no column {', '.join(repr(name) for name in self.missing)}; "
+            f"columns found: {', '.join(repr(name) for name in self.found) or 'none'}"
+        )
+
+
+class BadValueError(DataError):
+    """A raw value cannot be parsed (e.g. a timestamp that is neither a number nor a date).
+
+    Args:
+        path: the file.
+        column: the raw column.
+        row: the 1-based data row (not counting a header line).
+        value: the offending value, as found.
+        expected: what a valid value looks like.
+    """
+
+    def __init__(self, path: Path, column: str, row: int, value: str, expected: str) -> None:
+        self.path = Path(path)
+        self.column = column
+        self.row = row
+        self.value = value
+        self.expected = expected
+        super().__init__(
+            f"{self.path}, data row {row}, column {column!r}: cannot parse {value!r} "
+            f"as {expected}"
+        )
+
+
+class UnknownCategoryError(DataError):
+    """A dataset family has no category of that name.
+
+    Args:
+        family: the dataset family, e.g. ``"Amazon 2014"``.
+        category: the name that was asked for.
+        known: every valid name.
+    """
+
+    def __init__(self, family: str, category: str, known: Sequence[str]) -> None:
+        self.family = family
+        self.category = category
+        self.known = tuple(known)
+        close = difflib.get_close_matches(category, self.known, n=3, cutoff=0.6)
+        suggestion = (
+            f" (did you mean {' or '.join(repr(name) for name in close)}?)" if close else ""
+        )
+        super().__init__(
+            f"unknown {family} category {category!r}{suggestion}; known categories: "
+            f"{', '.join(self.known)}"
+        )
+
+
+class ManualDownloadError(DataError):
+    """A dataset's terms forbid automated downloads: its files must be fetched by hand.
+
+    Args:
+        dataset: the dataset's name.
+        instructions: the steps to follow, ending with the setting that points at the files.
+    """
+
+    def __init__(self, dataset: str, instructions: str) -> None:
+        self.dataset = dataset
+        self.instructions = instructions
+        super().__init__(f"{dataset} cannot be downloaded automatically.\n{instructions}")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -141,12 +142,15 @@ def prepare_dataset(source: Source, data_dir: str | Path) -> PreparedDataset:
         return load_prepared(directory)
     log.info("Preparing dataset %r into %s", source.name, directory)
     processed = preprocess(source.load_raw(Path(data_dir).expanduser()), source.preprocess)
+    start = time.perf_counter()
     with atomic_directory(directory) as tmp:
         _write(tmp, processed, cache_settings(source))
     log.info(
-        "Wrote %s: %d users, %d items, %d interactions", directory,
-        processed.stats["users"], processed.stats["items"], processed.stats["interactions"],
+        "Wrote %s in %.1f s: %d users, %d items, %d interactions", directory,
+        time.perf_counter() - start, processed.stats["users"], processed.stats["items"],
+        processed.stats["interactions"],
     )
+    del processed  # not held while the written copy is read back
     return load_prepared(directory)
 
 
@@ -160,8 +164,51 @@ def _write(directory: Path, processed: ProcessedData, settings: dict[str, Any]) 
     for file_name, frame in frames.items():
         table = pa.Table.from_pandas(frame, schema=_SCHEMAS[file_name], preserve_index=False)
         pq.write_table(table, directory / file_name)
-    for file_name, content in (("stats.json", processed.stats), ("settings.json", settings)):
-        (directory / file_name).write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
+    # Statistics keep their natural order (steps in the order they run); settings are sorted.
+    for file_name, content, sort_keys in (
+        ("stats.json", processed.stats, False), ("settings.json", settings, True),
+    ):
+        (directory / file_name).write_text(
+            json.dumps(content, indent=2, sort_keys=sort_keys) + "\n"
+        )
+
+
+def _checked_settings(directory: Path) -> dict[str, Any]:
+    """The ``settings.json`` of a complete processed folder of this schema version."""
+    missing = [name for name in _FILES if not (directory / name).is_file()]
+    if missing:
+        raise MissingFilesError(
+            directory, missing, "Delete the folder to have it rebuilt."
+        )
+    settings: dict[str, Any] = json.loads((directory / "settings.json").read_text())
+    if settings.get("schema_version") != SCHEMA_VERSION:
+        raise DataError(
+            f"{directory} was written with schema version {settings.get('schema_version')}, "
+            f"this code reads version {SCHEMA_VERSION}; delete the folder to have it rebuilt"
+        )
+    return settings
+
+
+def load_stats(directory: Path) -> dict[str, Any]:
+    """Read the statistics of a processed folder without loading its interactions.
+
+    Args:
+        directory: the processed folder.
+
+    Returns:
+        The content of ``stats.json``.
+
+    Raises:
+        MissingFilesError: a file of the folder is missing.
+        DataError: the folder was written with another :data:`SCHEMA_VERSION`.
+
+    Example:
+        >>> load_stats(Path("datasets/processed/ml-100k-0123456789ab"))["users"]  # doctest: +SKIP
+        943
+    """
+    directory = Path(directory)
+    _checked_settings(directory)
+    return json.loads((directory / "stats.json").read_text())
 
 
 def load_prepared(directory: Path) -> PreparedDataset:
@@ -178,17 +225,7 @@ def load_prepared(directory: Path) -> PreparedDataset:
         DataError: the folder was written with another :data:`SCHEMA_VERSION`.
     """
     directory = Path(directory)
-    missing = [name for name in _FILES if not (directory / name).is_file()]
-    if missing:
-        raise MissingFilesError(
-            directory, missing, "Delete the folder to have it rebuilt."
-        )
-    settings = json.loads((directory / "settings.json").read_text())
-    if settings.get("schema_version") != SCHEMA_VERSION:
-        raise DataError(
-            f"{directory} was written with schema version {settings.get('schema_version')}, "
-            f"this code reads version {SCHEMA_VERSION}; delete the folder to have it rebuilt"
-        )
+    settings = _checked_settings(directory)
     stats = json.loads((directory / "stats.json").read_text())
     return PreparedDataset(
         name=settings["name"],

@@ -1,20 +1,24 @@
 """Turn a raw interaction frame into filtered, chronologically sorted interactions with dense ids.
 
 The steps run in a fixed order: rating threshold, de-duplication of (user, item) pairs, k-core
-filtering; then users and items get dense ids ``1..U`` and ``1..N`` (``0`` is padding) assigned in
-ascending order of their raw ids. Everything is vectorised (numpy/pandas), so tens of millions of
-rows take seconds, not minutes.
+filtering, truncation of each user's sequence to its most recent ``max_seq_len`` interactions, and
+removal of users left with fewer than ``min_seq_len``; then users and items get dense ids ``1..U``
+and ``1..N`` (``0`` is padding) assigned in ascending order of their raw ids. Everything is
+vectorised (numpy/pandas) and sorts only what it must (the rows that survive the k-core, the raw
+ids of the users and items that remain), so tens of millions of rows take seconds, not minutes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from recsys_midx.data.errors import DataError, EmptyDatasetError
 
@@ -37,9 +41,15 @@ class PreprocessSettings:
             (the true k-core); False makes one pass, users first, then items.
         dedup: repeated (user, item) pairs: ``"keep"`` them all, or keep only the ``"first"``
             or ``"last"`` one in time.
+        min_seq_len: after the k-core filter (and truncation), drop users with fewer
+            interactions than this (0 keeps everyone). Unlike ``user_core`` it does not cascade
+            to items.
+        max_seq_len: after the k-core filter, keep only each user's most recent ``max_seq_len``
+            interactions (None keeps all). Items are not re-checked against ``item_core``.
 
     Raises:
-        ValueError: on a negative core size or an unknown dedup policy.
+        ValueError: on a negative core or length, ``max_seq_len < max(min_seq_len, 1)``, or an
+            unknown dedup policy.
     """
 
     min_rating: float | None = None
@@ -47,6 +57,8 @@ class PreprocessSettings:
     item_core: int = 5
     iterative_core: bool = True
     dedup: str = "keep"
+    min_seq_len: int = 0
+    max_seq_len: int | None = None
 
     def __post_init__(self) -> None:
         # Configs may give 4 for 4.0 (or "5" from a command line); normalise so that equal
@@ -55,10 +67,20 @@ class PreprocessSettings:
             object.__setattr__(self, "min_rating", float(self.min_rating))
         object.__setattr__(self, "user_core", int(self.user_core))
         object.__setattr__(self, "item_core", int(self.item_core))
+        object.__setattr__(self, "min_seq_len", int(self.min_seq_len))
+        if self.max_seq_len is not None:
+            object.__setattr__(self, "max_seq_len", int(self.max_seq_len))
         if self.user_core < 0 or self.item_core < 0:
             raise ValueError(
                 f"core sizes must be >= 0, got user_core={self.user_core}, "
                 f"item_core={self.item_core}"
+            )
+        if self.min_seq_len < 0:
+            raise ValueError(f"min_seq_len must be >= 0, got {self.min_seq_len}")
+        if self.max_seq_len is not None and self.max_seq_len < max(self.min_seq_len, 1):
+            raise ValueError(
+                f"max_seq_len must be >= max(min_seq_len, 1), got max_seq_len="
+                f"{self.max_seq_len}, min_seq_len={self.min_seq_len}"
             )
         if self.dedup not in _DEDUP_POLICIES:
             raise ValueError(f"dedup must be one of {_DEDUP_POLICIES}, got {self.dedup!r}")
@@ -91,8 +113,9 @@ def preprocess(raw: pd.DataFrame, settings: PreprocessSettings) -> ProcessedData
     """Filter raw interactions and give users and items dense ids.
 
     Args:
-        raw: columns ``user`` and ``item`` (ints or strings), ``timestamp`` (integer seconds) and
-            optionally ``rating`` (float).
+        raw: columns ``user`` and ``item`` (ints or strings, also as a ``Categorical`` or an
+            Arrow dictionary column), ``timestamp`` (integer seconds) and optionally ``rating``
+            (float).
         settings: the filters to apply.
 
     Returns:
@@ -110,13 +133,14 @@ def preprocess(raw: pd.DataFrame, settings: PreprocessSettings) -> ProcessedData
         >>> out.interactions[["user_id", "item_id", "timestamp"]].values.tolist()
         [[1, 2, 3], [1, 1, 7], [2, 2, 5]]
     """
+    start = time.perf_counter()
     _check_columns(raw, settings)
     steps: dict[str, int] = {"input": len(raw)}
     if len(raw) == 0:
         raise EmptyDatasetError("the raw source", 0)
 
-    # Work on integer codes; factorize(sort=True) numbers the raw ids in ascending order, so
-    # compacting the surviving codes later preserves that order in the final ids.
+    # Work on integer codes, numbered in any order: the users are put in raw-id order after the
+    # k-core filter and the items at the end, so only the survivors' raw ids are ever sorted.
     user_codes, user_raw = _codes(raw["user"])
     item_codes, item_raw = _codes(raw["item"])
     rows = {
@@ -126,38 +150,57 @@ def preprocess(raw: pd.DataFrame, settings: PreprocessSettings) -> ProcessedData
         "rating": (raw["rating"].to_numpy(np.float32) if "rating" in raw.columns
                    else np.full(len(raw), np.nan, dtype=np.float32)),
     }
+    # Without our reference, a frame passed as a temporary (as the pipeline does) is freed as
+    # soon as the steps below replace its columns: tens of millions of rows need that headroom.
+    del raw
 
     if settings.min_rating is not None:
         # Compare in float32 like the stored ratings: 4.1 must pass min_rating=4.1.
-        rows = _keep(rows, rows["rating"] >= np.float32(settings.min_rating),
-                     f"rating filter (min_rating={settings.min_rating})")
+        _keep(rows, rows["rating"] >= np.float32(settings.min_rating),
+              f"rating filter (min_rating={settings.min_rating})")
     steps["rating"] = len(rows["user"])
 
-    order = _chronological_order(rows["user"], rows["timestamp"])
-    rows = {name: column[order] for name, column in rows.items()}
-
     if settings.dedup != "keep":
+        # "first"/"last" are meant in time: order each user's rows chronologically first.
+        _select(rows, _chronological_order(rows["user"], rows["timestamp"]))
         pairs = pd.Series(rows["user"] * np.int64(len(item_raw)) + rows["item"])
-        rows = _keep(rows, ~pairs.duplicated(keep=settings.dedup).to_numpy(),
-                     f"dedup (dedup={settings.dedup!r})")
+        _keep(rows, ~pairs.duplicated(keep=settings.dedup).to_numpy(),
+              f"dedup (dedup={settings.dedup!r})")
     steps["dedup"] = len(rows["user"])
 
     core, passes = _k_core(rows["user"], rows["item"], len(user_raw), len(item_raw), settings)
-    rows = _keep(rows, core, _describe_core(settings))
+    _keep(rows, core, _describe_core(settings))
     steps["k_core"] = len(rows["user"])
 
-    user_id, user_map = _dense_ids(rows["user"], user_raw, "user_id")
-    item_id, item_map = _dense_ids(rows["item"], item_raw, "item_id")
+    # Sorting after the k-core sorts only the rows that survive it. The sort is stable, so equal
+    # times keep the raw order (which the dedup sort above preserved as well).
+    rows["user"], user_raw = _rank(rows["user"], user_raw)
+    _select(rows, _chronological_order(rows["user"], rows["timestamp"]))
+
+    if settings.max_seq_len is not None:
+        _keep(rows, _most_recent(rows["user"], settings.max_seq_len), "max_seq_len")
+    steps["max_seq_len"] = len(rows["user"])
+    if settings.min_seq_len > 1:
+        lengths = np.bincount(rows["user"], minlength=len(user_raw))
+        _keep(rows, lengths[rows["user"]] >= settings.min_seq_len,
+              f"sequence length filter (min_seq_len={settings.min_seq_len})")
+    steps["min_seq_len"] = len(rows["user"])
+
+    # Users are ranked already, so their dense ids keep the rows' order.
+    rows["user"], user_map = _dense_ids(rows["user"], user_raw, "user_id")
+    rows["item"], item_map = _dense_ids(rows["item"], item_raw, "item_id")
+    user_id = rows["user"]
     interactions = pd.DataFrame({
         "user_id": user_id,
-        "item_id": item_id,
+        "item_id": rows["item"],
         "timestamp": rows["timestamp"],
         "rating": rows["rating"],
-    })
+    }, copy=False)
     stats = _stats(user_id, len(user_map), len(item_map), steps, passes, settings)
     log.info(
-        "Preprocessed %d raw rows -> %d users, %d items, %d interactions",
+        "Preprocessed %d raw rows -> %d users, %d items, %d interactions in %.1f s",
         steps["input"], stats["users"], stats["items"], stats["interactions"],
+        time.perf_counter() - start,
     )
     return ProcessedData(interactions, user_map, item_map, stats)
 
@@ -183,14 +226,28 @@ def _check_columns(raw: pd.DataFrame, settings: PreprocessSettings) -> None:
 
 
 def _codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
-    """Integer codes (int64) of a raw id column and the sorted unique raw ids they index."""
+    """Integer codes of a raw id column and the unique raw ids they index (in any order).
+
+    Codes are ``int32`` (a catalogue never has 2**31 ids): on tens of millions of rows that
+    halves the memory of the two code columns; arithmetic on them goes through ``np.int64``.
+    """
+    if isinstance(column.dtype, pd.ArrowDtype) and pa.types.is_dictionary(
+        column.dtype.pyarrow_dtype
+    ):
+        # Streamed sources deliver text ids dictionary-encoded: reuse the codes instead of
+        # hashing the values again.
+        encoded = pa.array(column.array)
+        return (encoded.indices.to_numpy().astype(np.int32, copy=False),
+                pd.Index(encoded.dictionary.to_pandas()))
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy().astype(np.int32, copy=False), column.cat.categories
     if pd.api.types.is_object_dtype(column) and pd.api.types.infer_dtype(column) == "integer":
         column = column.astype(np.int64)
     elif not (pd.api.types.is_numeric_dtype(column) or pd.api.types.is_string_dtype(column)):
         # Mixed columns (e.g. ints and strings) cannot be sorted as they are; compare as text.
         column = column.astype(str)
-    codes, uniques = pd.factorize(column, sort=True)
-    return codes.astype(np.int64, copy=False), pd.Index(uniques)
+    codes, uniques = pd.factorize(column)
+    return codes.astype(np.int32), pd.Index(uniques)
 
 
 def _chronological_order(users: np.ndarray, timestamps: np.ndarray) -> np.ndarray:
@@ -200,17 +257,33 @@ def _chronological_order(users: np.ndarray, timestamps: np.ndarray) -> np.ndarra
     if (int(users.max()) + 1) * span < 2**63:
         # A single int64 key sorts ~2x faster than lexsort's two passes, and the stable sort
         # (timsort) is linear on the already sorted files many datasets ship.
-        return np.argsort(users * np.int64(span) + (timestamps - start), kind="stable")
+        key = users * np.int64(span)
+        key += timestamps
+        key -= start
+        return np.argsort(key, kind="stable")
     return np.lexsort((timestamps, users))
 
 
-def _keep(rows: dict[str, np.ndarray], mask: np.ndarray, step: str) -> dict[str, np.ndarray]:
-    """The rows selected by ``mask``; EmptyDatasetError naming ``step`` if there are none."""
+def _most_recent(users: np.ndarray, limit: int) -> np.ndarray:
+    """Mask of each user's last ``limit`` rows, for rows grouped by user in time order."""
+    starts = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])
+    lengths = np.diff(np.r_[starts, len(users)])
+    position_from_end = np.repeat(starts + lengths, lengths) - np.arange(len(users))
+    return position_from_end <= limit
+
+
+def _select(rows: dict[str, np.ndarray], index: np.ndarray) -> None:
+    """Index every column in place, one column at a time: only one is ever held twice."""
+    for name in rows:
+        rows[name] = rows[name][index]
+
+
+def _keep(rows: dict[str, np.ndarray], mask: np.ndarray, step: str) -> None:
+    """Keep the rows selected by ``mask`` (in place); EmptyDatasetError naming ``step`` if none."""
     if not mask.any():
         raise EmptyDatasetError(step, len(mask))
-    if mask.all():
-        return rows
-    return {name: column[mask] for name, column in rows.items()}
+    if not mask.all():
+        _select(rows, mask)
 
 
 def _describe_core(settings: PreprocessSettings) -> str:
@@ -231,31 +304,55 @@ def _k_core(
     keep = np.ones(len(users), dtype=bool)
     if settings.user_core <= 1 and settings.item_core <= 1:
         return keep, 0
+    # Passes work on the surviving rows only: on sparse data the first pass removes most rows,
+    # and the later ones then cost a fraction of it.
+    alive = np.arange(len(users), dtype=np.int32 if len(users) < 2**31 else np.int64)
+    columns = [(ids, size, core) for ids, size, core in (
+        (users, num_users, settings.user_core), (items, num_items, settings.item_core),
+    ) if core > 1]
     passes = 0
     while True:
         passes += 1
-        before = int(keep.sum())
-        for ids, size, core in ((users, num_users, settings.user_core),
-                                (items, num_items, settings.item_core)):
-            if core > 1:
-                counts = np.bincount(ids[keep], minlength=size)
-                keep &= counts[ids] >= core
-        if not settings.iterative_core or int(keep.sum()) in (before, 0):
+        before = len(alive)
+        for position in range(len(columns)):
+            ids, size, core = columns[position]
+            survives = np.bincount(ids, minlength=size)[ids] >= core
+            if not survives.all():
+                alive = alive[survives]
+                columns = [(other[survives], other_size, other_core)
+                           for other, other_size, other_core in columns]
+        if not settings.iterative_core or len(alive) in (before, 0):
+            keep[:] = False
+            keep[alive] = True
             return keep, passes
+
+
+def _rank(codes: np.ndarray, raw_ids: pd.Index) -> tuple[np.ndarray, pd.Index]:
+    """Renumber the codes that occur 0..K-1 in ascending raw-id order.
+
+    Raw ids compare as numbers when they are numbers, as text otherwise. Only the ids that
+    occur are sorted.
+
+    Returns:
+        The new codes and the raw id of each (a sorted index of K ids).
+    """
+    present = np.flatnonzero(np.bincount(codes, minlength=len(raw_ids)))
+    present = present[raw_ids[present].argsort()]
+    lookup = np.zeros(len(raw_ids), dtype=np.int32)
+    lookup[present] = np.arange(len(present), dtype=np.int32)
+    return lookup[codes], raw_ids[present]
 
 
 def _dense_ids(
     codes: np.ndarray, raw_ids: pd.Index, id_column: str
 ) -> tuple[np.ndarray, pd.DataFrame]:
-    """Renumber the surviving codes 1..K (in code order, i.e. raw-id order) and build the map."""
-    present = np.flatnonzero(np.bincount(codes, minlength=len(raw_ids)))
-    lookup = np.zeros(len(raw_ids), dtype=np.int32)
-    lookup[present] = np.arange(1, len(present) + 1, dtype=np.int32)
+    """Dense ids 1..K in ascending raw-id order for the codes that occur, and the id map."""
+    ranks, ordered = _rank(codes, raw_ids)
     mapping = pd.DataFrame({
-        id_column: np.arange(1, len(present) + 1, dtype=np.int32),
-        "raw_id": raw_ids[present].astype(str),
+        id_column: np.arange(1, len(ordered) + 1, dtype=np.int32),
+        "raw_id": ordered.astype(str),
     })
-    return lookup[codes], mapping
+    return ranks + np.int32(1), mapping
 
 
 def _stats(

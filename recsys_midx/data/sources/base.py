@@ -80,8 +80,9 @@ class Source(abc.ABC):
             data_dir: the data root.
 
         Returns:
-            Columns ``user``, ``item`` (ints or strings), ``timestamp`` (int64 seconds) and
-            optionally ``rating`` (float).
+            Columns ``user``, ``item`` (ints or strings, possibly dictionary-encoded as the
+            streaming reader delivers them), ``timestamp`` (int64 seconds) and optionally
+            ``rating`` (float).
 
         Raises:
             DataError: the raw data cannot be obtained or read.

@@ -1,0 +1,147 @@
+"""Your own interactions: a CSV, TSV, Parquet or JSON-lines file (or a folder of them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from recsys_midx.data.errors import DataError, MissingFilesError
+from recsys_midx.data.preprocess import PreprocessSettings
+from recsys_midx.data.readers import (
+    ColumnMap,
+    Delimited,
+    Format,
+    JsonLines,
+    Parquet,
+    file_signature,
+    format_for,
+    read_interactions,
+)
+from recsys_midx.data.sources.base import Source
+
+_FORMATS = ("csv", "tsv", "parquet", "jsonl")
+
+
+class Custom(Source):
+    """Interactions from local files, with a mapping from your column names to the fields.
+
+    Ids may be integers or text (text ids made only of canonical integers are ordered as
+    numbers); times may be seconds since the epoch or ISO 8601 dates/date-times; a rating column
+    is optional. A folder is read as the concatenation of its files (recursively, in name order,
+    skipping names that start with ``.`` or ``_`` such as ``_SUCCESS``). The cache is keyed by the
+    files' paths, sizes and modification times, so editing a file rebuilds the processed data.
+
+    Args:
+        name: the dataset's name (labels the processed folder).
+        path: a file or a folder of files.
+        columns: ``user``, ``item``, ``time`` and optionally ``rating``: the name of the column
+            holding each (a list names alternatives: the first non-empty one is taken).
+        format: ``"csv"``, ``"tsv"``, ``"parquet"`` or ``"jsonl"``; None: from the file suffix
+            (``.csv``, ``.tsv``, ``.parquet``, ``.jsonl``/``.json``, optionally ``.gz``).
+        delimiter: the separator of a delimited file, when it is not the format's (``,`` for
+            csv, tab for tsv), e.g. ``";"`` or ``"|"``.
+        header: a delimited file starts with a header line; otherwise give ``names``.
+        names: column names of a delimited file without a header line.
+        preprocess: filters (default: 5-core, all ratings kept).
+
+    Raises:
+        ValueError: unknown format, or a column mapping without user, item or time.
+
+    Example:
+        >>> shop = Custom("shop", "~/data/orders.parquet",
+        ...               columns={"user": "uid", "item": "sku", "time": "ts"})
+        >>> dataset = shop.prepare("datasets")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        name: str,
+        path: str,
+        columns: Mapping[str, Any],
+        format: str | None = None,  # noqa: A002 - the config field's natural name
+        delimiter: str | None = None,
+        header: bool = True,
+        names: Sequence[str] | None = None,
+        preprocess: Mapping[str, Any] | PreprocessSettings | None = None,
+    ) -> None:
+        super().__init__(name, preprocess)
+        if format is not None and format not in _FORMATS:
+            raise ValueError(f"format must be one of {_FORMATS} or None, got {format!r}")
+        self.path = Path(path).expanduser()
+        self.columns = ColumnMap.from_mapping(columns)
+        self.format = format
+        self.delimiter = delimiter
+        self.header = bool(header)
+        self.names = tuple(names) if names is not None else None
+
+    def files(self) -> list[Path]:
+        """The files that are read: ``path`` itself, or the data files of the folder.
+
+        Returns:
+            Absolute paths, in reading order (empty if ``path`` does not exist).
+        """
+        root = self.path.resolve()
+        if not root.is_dir():
+            return [root] if root.exists() else []
+        return sorted(
+            p for p in root.rglob("*")
+            if p.is_file() and not any(part[0] in "._" for part in p.relative_to(root).parts)
+        )
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The path, the files' sizes and modification times, and how they are read."""
+        return {
+            "source": "custom",
+            "path": str(self.path.resolve()),
+            "files": file_signature(self.files()),
+            "format": self.format,
+            "delimiter": self.delimiter,
+            "header": self.header,
+            "names": list(self.names) if self.names is not None else None,
+            "columns": self.columns.to_dict(),
+        }
+
+    def load_raw(self, data_dir: Path) -> pd.DataFrame:
+        """Read the files (``data_dir`` is not used: nothing is downloaded).
+
+        Args:
+            data_dir: unused; part of the :class:`Source` interface.
+
+        Returns:
+            See :func:`recsys_midx.data.readers.read_interactions`.
+
+        Raises:
+            MissingFilesError: ``path`` does not exist, or is a folder without data files.
+            MissingColumnsError: a mapped column is missing (the message lists those found).
+            BadValueError: a time cannot be parsed (the message quotes it).
+            DataError: the files cannot be read in the chosen format.
+        """
+        files = self.files()
+        if not files:
+            folder = self.path if self.path.is_dir() else self.path.parent
+            what = "data files" if self.path.is_dir() else self.path.name
+            raise MissingFilesError(folder, [what], "Check dataset.path.")
+        return read_interactions(files, self._format(files), self.columns)
+
+    def _format(self, files: list[Path]) -> Format:
+        """The configured format, or the one the suffixes agree on."""
+        if self.format is None:
+            formats = {format_for(p) for p in files}
+            if len(formats) > 1:
+                raise DataError(
+                    f"{self.path} holds files of different formats; set dataset.format"
+                )
+            fmt = formats.pop()
+        else:
+            fmt = {
+                "csv": Delimited(","), "tsv": Delimited("\t"), "parquet": Parquet(),
+                "jsonl": JsonLines(),
+            }[self.format]
+        if isinstance(fmt, Delimited):
+            fmt = Delimited(
+                self.delimiter or fmt.delimiter, header=self.header, names=self.names,
+            )
+        return fmt
