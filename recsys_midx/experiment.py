@@ -58,7 +58,7 @@ def build(cfg: DictConfig) -> Experiment:
     num_items = datamodule.num_items
     module = instantiate(
         cfg.task.module,
-        encoder=instantiate(cfg.model, num_items=num_items),
+        encoder=instantiate(cfg.model, **encoder_sizes(datamodule)),
         sampler=instantiate(cfg.sampler, num_items=num_items),
         loss=instantiate(cfg.loss),
     )
@@ -67,6 +67,23 @@ def build(cfg: DictConfig) -> Experiment:
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     return Experiment(datamodule, module, trainer, epoch_log, output_dir)
+
+
+def encoder_sizes(datamodule: L.LightningDataModule) -> dict[str, int]:
+    """The sizes the encoder is built with, known once the data is set up.
+
+    A data module states them in an ``encoder_sizes`` property (an extreme classification
+    encoder needs ``num_features`` and ``num_labels``); otherwise the encoder gets the catalog
+    size as ``num_items``, as sequence encoders expect.
+
+    Args:
+        datamodule: a data module after ``setup("fit")``.
+
+    Returns:
+        Keyword arguments for the model config's ``instantiate``.
+    """
+    sizes = getattr(datamodule, "encoder_sizes", None)
+    return dict(sizes) if sizes is not None else {"num_items": datamodule.num_items}
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:

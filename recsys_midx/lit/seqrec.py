@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 
-import lightning as L
-import torch
 from torch import Tensor
 
+from recsys_midx.lit.base import CatalogModule, OptimizerFactory
 from recsys_midx.losses import SoftmaxLoss
 from recsys_midx.metrics import RankingMetrics, target_ranks
 from recsys_midx.models import SequenceEncoder
 from recsys_midx.samplers import Sampler
 
-OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 
-
-class SeqRecModule(L.LightningModule):
+class SeqRecModule(CatalogModule):
     """Trains a sequence encoder with a (sampled) softmax over its own item table.
 
     Every non-padded position of a training sequence is a next-item query. Validation and test
@@ -48,41 +45,9 @@ class SeqRecModule(L.LightningModule):
         ks: Sequence[int] = (10, 20),
         eval_chunk_size: int = 65536,
     ) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.sampler = sampler
-        self.loss = loss
-        self.optimizer_factory = optimizer
+        super().__init__(encoder, sampler, loss, optimizer, RankingMetrics(ks))
         self.exclude_seen = exclude_seen
         self.eval_chunk_size = eval_chunk_size
-        self.val_metrics = RankingMetrics(ks)
-        self.test_metrics = RankingMetrics(ks)
-
-    def on_fit_start(self) -> None:
-        # A resumed run restores the sampler from its checkpoint: rebuilding it here would give
-        # a different proposal from the one the interrupted run was using.
-        if self.trainer.ckpt_path is None:
-            self.refresh_sampler()
-
-    @torch.no_grad()
-    def refresh_sampler(self) -> None:
-        """Rebuild the sampler from the live item table and the training item counts."""
-        counts = getattr(self.trainer.datamodule, "item_counts", None)
-        self.sampler.update(
-            self.encoder.item_table.detach().float(),
-            None if counts is None else counts.to(self.device),
-        )
-
-    @torch.no_grad()
-    def proposal_queries(self, batch: dict[str, Tensor]) -> Tensor:
-        """The scaled queries ``z`` the sampler sees for an evaluation batch (dropout off)."""
-        was_training = self.encoder.training
-        self.encoder.eval()
-        try:
-            queries = self.encoder(batch["inputs"].to(self.device))[:, -1]
-        finally:
-            self.encoder.train(was_training)
-        return queries.float() / self.loss.temperature
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         inputs, targets = batch["inputs"], batch["targets"]
@@ -94,32 +59,18 @@ class SeqRecModule(L.LightningModule):
                  batch_size=int(is_query.sum()))
         return loss
 
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self.val_metrics.update(self._ranks(batch))
+    def encode(self, batch: dict[str, Tensor]) -> Tensor:
+        """The query after each user's last input item: ``[B, D]``."""
+        return self.encoder(batch["inputs"])[:, -1]
 
-    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self.test_metrics.update(self._ranks(batch))
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_metrics("val", self.val_metrics)
-
-    def on_test_epoch_end(self) -> None:
-        self._log_metrics("test", self.test_metrics)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.optimizer_factory(self.parameters())
-
-    def _ranks(self, batch: dict[str, Tensor]) -> Tensor:
-        queries = self.encoder(batch["inputs"])[:, -1]
-        return target_ranks(
-            queries,
+    def update_metrics(self, metrics: RankingMetrics, batch: dict[str, Tensor]) -> None:
+        """Rank each user's target against the whole catalog (history excluded if asked)."""
+        ranks = target_ranks(
+            self.encode(batch),
             self.encoder.item_table,
             batch["targets"],
             batch["history"] if self.exclude_seen else None,
             chunk_size=self.eval_chunk_size,
         )
+        metrics.update(ranks)
 
-    def _log_metrics(self, prefix: str, metrics: RankingMetrics) -> None:
-        self.log_dict({f"{prefix}/{name}": value for name, value in metrics.compute().items()},
-                      prog_bar=prefix == "val")
-        metrics.reset()

@@ -1,0 +1,129 @@
+"""What every LightningModule of the toolkit shares: an encoder that owns the item table, a
+sampler rebuilt from that table, a softmax objective, the optimiser, and metric logging."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import lightning as L
+import torch
+import torchmetrics
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from torch import Tensor, nn
+
+from recsys_midx.losses import CatalogSoftmax
+from recsys_midx.samplers import Sampler
+
+OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
+
+
+class CatalogModule(L.LightningModule, abc.ABC):
+    """Base of the modules that train an encoder with a (sampled) softmax over its item table.
+
+    It builds the sampler from the live item table when fitting starts (not when a run resumes:
+    the checkpoint holds the proposal the interrupted run used), exposes :meth:`refresh_sampler`
+    and :meth:`proposal_queries` for :class:`~recsys_midx.lit.callbacks.SamplerRefresh`, builds
+    the optimiser, and runs validation and test through :meth:`update_metrics`, logging each
+    accumulator's results as ``val/NAME`` and ``test/NAME`` at the end of the epoch.
+
+    Subclasses implement :meth:`training_step`, :meth:`encode` and :meth:`update_metrics`.
+
+    Args:
+        encoder: turns a batch into query vectors and owns the item table (``item_table``).
+        sampler: proposal of negatives (``exhaustive`` samplers mean the exact softmax).
+        loss: the softmax objective; its ``temperature`` scales the queries samplers see.
+        optimizer: a callable building the optimiser from parameters (e.g. a partial
+            ``torch.optim.Adam``).
+        metrics: the evaluation accumulator; validation uses it, test a fresh copy.
+
+    Example:
+        >>> class PointModule(CatalogModule):
+        ...     def encode(self, batch):
+        ...         return self.encoder(batch["x"])
+        ...     def training_step(self, batch, batch_idx):
+        ...         return self.loss(self.encode(batch), batch["y"], self.encoder.item_table,
+        ...                          self.sampler)
+        ...     def update_metrics(self, metrics, batch):
+        ...         metrics.update(target_ranks(self.encode(batch), self.encoder.item_table,
+        ...                                     batch["y"]))
+    """
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        sampler: Sampler,
+        loss: CatalogSoftmax,
+        optimizer: OptimizerFactory,
+        metrics: torchmetrics.Metric,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.sampler = sampler
+        self.loss = loss
+        self.optimizer_factory = optimizer
+        self.val_metrics = metrics
+        self.test_metrics = metrics.clone()
+
+    def on_fit_start(self) -> None:
+        # A resumed run restores the sampler from its checkpoint: rebuilding it here would give
+        # a different proposal from the one the interrupted run was using.
+        if self.trainer.ckpt_path is None:
+            self.refresh_sampler()
+
+    @torch.no_grad()
+    def refresh_sampler(self) -> None:
+        """Rebuild the sampler from the live item table and the training item counts."""
+        counts = getattr(self.trainer.datamodule, "item_counts", None)
+        self.sampler.update(
+            self.encoder.item_table.detach().float(),
+            None if counts is None else counts.to(self.device),
+        )
+
+    @abc.abstractmethod
+    def encode(self, batch: dict[str, Any]) -> Tensor:
+        """The query vector ``[B, D]`` of each evaluation point of ``batch`` (unscaled)."""
+
+    @abc.abstractmethod
+    def update_metrics(self, metrics: torchmetrics.Metric, batch: dict[str, Any]) -> None:
+        """Score an evaluation batch against the whole catalog and add it to ``metrics``."""
+
+    @torch.no_grad()
+    def proposal_queries(self, batch: dict[str, Any]) -> Tensor:
+        """The scaled queries ``z`` the sampler sees for an evaluation batch (dropout off).
+
+        Args:
+            batch: an evaluation batch, on any device.
+
+        Returns:
+            ``[B, D]`` float32 queries divided by the loss temperature, on the module's device.
+        """
+        batch = move_data_to_device(batch, self.device)
+        was_training = self.encoder.training
+        self.encoder.eval()
+        try:
+            queries = self.encode(batch)
+        finally:
+            self.encoder.train(was_training)
+        return queries.float() / self.loss.temperature
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.update_metrics(self.val_metrics, batch)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.update_metrics(self.test_metrics, batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("val", self.val_metrics)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test", self.test_metrics)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.optimizer_factory(self.parameters())
+
+    def _log_metrics(self, prefix: str, metrics: torchmetrics.Metric) -> None:
+        self.log_dict({f"{prefix}/{name}": value for name, value in metrics.compute().items()},
+                      prog_bar=prefix == "val")
+        metrics.reset()

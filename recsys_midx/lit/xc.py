@@ -1,0 +1,93 @@
+"""LightningModule for extreme multi-label classification: sparse features -> labels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from recsys_midx.lit.base import CatalogModule, OptimizerFactory
+from recsys_midx.losses import MultiLabelSoftmaxLoss
+from recsys_midx.metrics import XCMetrics, top_labels
+from recsys_midx.models import XCEncoder
+from recsys_midx.samplers import Sampler
+
+
+class XCModule(CatalogModule):
+    """Trains an :class:`~recsys_midx.models.XCEncoder` with a multi-label (sampled) softmax.
+
+    Each training point is one query whose positives share its negatives
+    (:class:`~recsys_midx.losses.MultiLabelSoftmaxLoss`). Validation and test predict the top
+    labels of each point over the whole label set (in chunks) and report P@k, nDCG@k and PSP@k,
+    logged as ``val/p@1``, ``test/psp@5``, ... PSP uses the data module's inverse propensities
+    (``inv_propensities``, read when the trainer sets the module up); without a data module
+    that provides them every label weighs 1.
+
+    Batches are ``{"features": SparseFeatures, "labels": [B, P]}`` as served by
+    :class:`~recsys_midx.data.xc.XCDataModule`.
+
+    Args:
+        encoder: sparse features -> query vectors; owns the label table.
+        sampler: proposal of negatives (``exhaustive`` samplers mean the exact softmax).
+        loss: the multi-label softmax objective.
+        optimizer: a callable building the optimiser from parameters (e.g. a partial
+            ``torch.optim.Adam``).
+        ks: cut-offs of the metrics.
+        eval_chunk_size: labels scored at a time during evaluation (bounds memory).
+
+    Raises:
+        TypeError: if ``loss`` is not a :class:`~recsys_midx.losses.MultiLabelSoftmaxLoss`.
+
+    Example:
+        >>> module = XCModule(XCEncoder(5000, 1000), UniformSampler(1000), MultiLabelSoftmaxLoss(),
+        ...                   functools.partial(torch.optim.Adam, lr=1e-3))
+    """
+
+    inv_propensity: Tensor
+
+    def __init__(
+        self,
+        encoder: XCEncoder,
+        sampler: Sampler,
+        loss: MultiLabelSoftmaxLoss,
+        optimizer: OptimizerFactory,
+        ks: Sequence[int] = (1, 3, 5),
+        eval_chunk_size: int = 65536,
+    ) -> None:
+        if not isinstance(loss, MultiLabelSoftmaxLoss):
+            raise TypeError(
+                f"XCModule needs a MultiLabelSoftmaxLoss (loss=multilabel_softmax), got "
+                f"{type(loss).__name__}"
+            )
+        super().__init__(encoder, sampler, loss, optimizer, XCMetrics(ks))
+        self.eval_chunk_size = eval_chunk_size
+        weights = torch.ones(encoder.num_labels + 1)
+        weights[0] = 0.0
+        # Derived from the training data, not learned: not part of checkpoints.
+        self.register_buffer("inv_propensity", weights, persistent=False)
+
+    def setup(self, stage: str) -> None:
+        weights = getattr(self.trainer.datamodule, "inv_propensities", None)
+        if weights is not None:
+            self.inv_propensity = weights.to(self.inv_propensity)
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        labels = batch["labels"]
+        loss = self.loss(self.encode(batch), labels, self.encoder.item_table, self.sampler)
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True,
+                 batch_size=labels.shape[0])
+        return loss
+
+    def encode(self, batch: dict[str, Any]) -> Tensor:
+        """The query vector of each point: ``[B, D]``."""
+        features = batch["features"]
+        return self.encoder(features.indices, features.offsets, features.weights)
+
+    def update_metrics(self, metrics: XCMetrics, batch: dict[str, Any]) -> None:
+        """Predict each point's top labels over the whole label set and score them."""
+        _, top_ids = top_labels(
+            self.encode(batch), self.encoder.item_table, metrics.max_k, self.eval_chunk_size
+        )
+        metrics.update(top_ids, batch["labels"], self.inv_propensity)

@@ -1,0 +1,249 @@
+"""Multi-label softmax objectives: each positive of a query against the labels it does not carry.
+
+A query (one data point) with positives ``P`` contributes one softmax cross-entropy per positive
+``p``, whose competitors are ``p`` itself and the labels outside ``P``: the query's other
+positives are neither rewarded nor penalised by ``p``'s term (they have terms of their own).
+With scores ``s_i = z . v_i``:
+
+* exact: ``loss(p) = log(exp(s_p) + sum_{i not in P} exp(s_i)) - s_p``, with the labels that
+  no point of the batch carries summed by the chunked logsumexp that
+  :func:`~recsys_midx.losses.full_softmax_loss` uses;
+* sampled: the query's ``M`` negatives are drawn once and shared by all its positives; with
+  ``o = s - log q``, ``loss(p) = logsumexp(o_p, o_{n_1}..o_{n_M}) - o_p``, where negatives equal
+  to *any* positive of the query (accidental hits) are masked.
+
+Drawing every label once under a uniform proposal (all ``o`` shifted by the same ``log N``) makes
+the sampled loss the exact one, and for a point with a single positive both are the usual softmax
+cross-entropy (:class:`~recsys_midx.losses.SoftmaxLoss`). Keeping a point's positives out of each
+other's normaliser is also what works best here: on ``xc-synthetic`` with 100k labels the exact
+loss reaches a clearly higher P@1 with it than with a normaliser over all labels.
+
+Positives are given as ``[Q, P]`` id matrices padded with ``0``; the functions return one loss per
+real positive, in the row-major order of ``positives[positives > 0]``, and
+:class:`MultiLabelSoftmaxLoss` averages them (each (point, label) pair weighs the same).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+# The chunked normaliser is shared with the single-label exact loss, forward and backward.
+from .full_softmax import _ChunkedLogSumExp, check_scoring_inputs, compute_dtype
+from .softmax import CatalogSoftmax, Negatives
+
+
+def _positive_entries(
+    query: Tensor, item_emb: Tensor, positives: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Where the real positives are, and their ids, after checking the inputs.
+
+    Returns:
+        ``rows`` and ``columns`` ``[T]`` (the position of each positive in ``positives``) and
+        ``ids`` ``[T]`` (in ``1..N``).
+
+    Raises:
+        ValueError: unless ``positives`` is an integer ``[Q, P]`` tensor of ids in ``0..N`` with
+            at least one non-zero entry, and ``query``/``item_emb`` are valid scoring inputs.
+    """
+    if positives.is_floating_point() or positives.dtype == torch.bool:
+        raise ValueError(f"positives must be integer ids, got {positives.dtype}")
+    if positives.dim() != 2 or positives.shape[0] != query.shape[0]:
+        raise ValueError(
+            f"positives must have shape [{query.shape[0]}, P], got {tuple(positives.shape)}"
+        )
+    if bool((positives < 0).any()):
+        raise ValueError("positives must be ids in 1..N, padded with 0")
+    rows, columns = (positives > 0).nonzero(as_tuple=True)
+    if rows.numel() == 0:
+        raise ValueError("positives hold no label: every query is padding only")
+    ids = positives[rows, columns]
+    # Each positive is one (query row, target) pair of the single-label checks.
+    check_scoring_inputs(query[rows], item_emb, ids)
+    return rows, columns, ids
+
+
+def multilabel_full_softmax_loss(
+    query: Tensor, item_emb: Tensor, positives: Tensor, chunk_size: int = 32768
+) -> Tensor:
+    """Exact softmax cross-entropy of every positive against the query's non-positive labels.
+
+    ``loss = log(exp(s_p) + sum_{i not in P} exp(s_i)) - s_p`` for each positive ``p`` of query
+    ``q``, ``s_i = query[q] . item_emb[i]``. The labels split in two: those that are nobody's
+    positive in the batch, whose logsumexp is the same sum for every query and is computed by the
+    chunked function of :func:`~recsys_midx.losses.full_softmax_loss` (``chunk_size`` labels at
+    a time, memory ``O(Q * chunk_size)``, forward and backward), and the batch's positives
+    ``U``, scored densely (``[Q, |U|]``) with each query's own positives masked. Nothing is
+    subtracted, so the loss stays exact however much of the softmax the other positives hold.
+    Half precision is computed in float32.
+
+    Args:
+        query: ``[Q, D]`` query vectors (already divided by any temperature).
+        item_emb: ``[N+1, D]`` item table, row 0 padding.
+        positives: ``[Q, P]`` positive ids in ``1..N``, padded with ``0``.
+        chunk_size: items scored at once.
+
+    Returns:
+        ``[T]`` losses, one per non-zero entry of ``positives`` in row-major order.
+
+    Raises:
+        ValueError: on malformed shapes, ids outside ``0..N``, no positive at all, or
+            ``chunk_size < 1``.
+
+    Example:
+        With one positive per query it is the cross-entropy over all labels:
+
+        >>> query, item_emb = torch.randn(2, 4), torch.randn(6, 4)
+        >>> loss = multilabel_full_softmax_loss(query, item_emb, torch.tensor([[1, 0], [5, 0]]))
+        >>> reference = F.cross_entropy(query @ item_emb[1:].T, torch.tensor([0, 4]),
+        ...                             reduction="none")
+        >>> torch.allclose(loss, reference, atol=1e-5)
+        True
+    """
+    rows, _, ids = _positive_entries(query, item_emb, positives)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    dtype = compute_dtype(query, item_emb)
+    query = query.to(dtype)
+    batch_labels = ids.unique()  # sorted
+    # Labels no query of the batch carries: one shared logsumexp, chunked over the table.
+    outside = torch.ones(item_emb.shape[0], dtype=torch.bool, device=item_emb.device)
+    outside[batch_labels] = False
+    outside_ids = outside.nonzero().squeeze(1)  # row 0 (padding) comes first, as the table's
+    if len(outside_ids) > 1:
+        table = item_emb.index_select(0, outside_ids).to(dtype)
+        lse_outside = _ChunkedLogSumExp.apply(query, table, chunk_size)
+    else:
+        lse_outside = query.new_full((query.shape[0],), float("-inf"))
+    # The batch's labels: scored densely; a query's own positives leave its normaliser.
+    scores = query @ item_emb.index_select(0, batch_labels).to(dtype).T  # [Q, |U|]
+    position = torch.searchsorted(batch_labels, ids)
+    own = torch.zeros_like(scores, dtype=torch.bool)
+    own[rows, position] = True
+    lse_batch = torch.logsumexp(scores.masked_fill(own, float("-inf")), dim=1)
+    positive_scores = scores[rows, position]
+    competitors = torch.stack((positive_scores, lse_outside[rows], lse_batch[rows]), dim=1)
+    return torch.logsumexp(competitors, dim=1) - positive_scores
+
+
+def _check_negatives(
+    positives: Tensor, neg_ids: Tensor, neg_log_q: Tensor, pos_log_q: Tensor
+) -> None:
+    num_queries = positives.shape[0]
+    if neg_ids.is_floating_point() or neg_ids.dtype == torch.bool:
+        raise ValueError(f"neg_ids must be integer ids, got {neg_ids.dtype}")
+    if neg_ids.dim() != 2 or neg_ids.shape[0] != num_queries:
+        raise ValueError(f"neg_ids must have shape [{num_queries}, M], got {tuple(neg_ids.shape)}")
+    if neg_log_q.shape != neg_ids.shape:
+        raise ValueError(
+            f"neg_log_q must have the shape of neg_ids {tuple(neg_ids.shape)}, "
+            f"got {tuple(neg_log_q.shape)}"
+        )
+    if pos_log_q.shape != positives.shape:
+        raise ValueError(
+            f"pos_log_q must have the shape of positives {tuple(positives.shape)}, "
+            f"got {tuple(pos_log_q.shape)}"
+        )
+
+
+def multilabel_sampled_softmax_loss(
+    query: Tensor,
+    item_emb: Tensor,
+    positives: Tensor,
+    neg_ids: Tensor,
+    neg_log_q: Tensor,
+    pos_log_q: Tensor,
+) -> Tensor:
+    """Sampled softmax cross-entropy of every positive, with negatives shared within a query.
+
+    With ``o(i) = query[q] . item_emb[i] - log q(i)``, positive ``p`` of query ``q`` has
+    ``loss = logsumexp(o(p), o(n_1)..o(n_M)) - o(p) = softplus(lse_neg[q] - o(p))``, where
+    ``lse_neg[q]`` is the logsumexp over the query's negatives after masking those equal to any
+    of its positives. The negatives are scored once per query, not once per positive. Computed in
+    float32 (float64 inputs stay float64) whatever the input precision.
+
+    Args:
+        query: ``[Q, D]`` query vectors (already divided by any temperature).
+        item_emb: ``[N+1, D]`` item table, row 0 padding.
+        positives: ``[Q, P]`` positive ids in ``1..N``, padded with ``0``.
+        neg_ids: ``[Q, M]`` negative ids in ``1..N``, drawn for each query.
+        neg_log_q: ``[Q, M]`` normalised ``log q`` of the negatives.
+        pos_log_q: ``[Q, P]`` normalised ``log q`` of the positives under the same proposal
+            (ignored at padding).
+
+    Returns:
+        ``[T]`` losses, one per non-zero entry of ``positives`` in row-major order.
+
+    Raises:
+        ValueError: on malformed shapes, ids outside ``0..N`` or no positive at all.
+
+    Example:
+        With the whole catalog (N = 3) as every query's negatives and ``q = 1/N``, the loss is
+        the exact one:
+
+        >>> query, item_emb = torch.randn(2, 4), torch.randn(4, 4)
+        >>> positives = torch.tensor([[1, 2], [3, 0]])
+        >>> neg_ids = torch.tensor([[1, 2, 3], [1, 2, 3]])
+        >>> log_q = torch.full((2, 3), -torch.log(torch.tensor(3.0)).item())
+        >>> loss = multilabel_sampled_softmax_loss(
+        ...     query, item_emb, positives, neg_ids, log_q, log_q[:, :2])
+        >>> exact = multilabel_full_softmax_loss(query, item_emb, positives)
+        >>> torch.allclose(loss, exact, atol=1e-5)
+        True
+    """
+    rows, columns, ids = _positive_entries(query, item_emb, positives)
+    _check_negatives(positives, neg_ids, neg_log_q, pos_log_q)
+    dtype = compute_dtype(query, item_emb)
+    query = query.to(dtype)
+    # Gather rows first and cast only those: casting the table would copy all N rows every step.
+    neg_emb = F.embedding(neg_ids, item_emb).to(dtype)
+    neg_logits = torch.einsum("qd,qmd->qm", query, neg_emb) - neg_log_q.to(dtype)
+    hits = (neg_ids[:, :, None] == positives[:, None, :]).any(dim=2)
+    neg_lse = torch.logsumexp(neg_logits.masked_fill(hits, float("-inf")), dim=1)
+    pos_scores = (query[rows] * F.embedding(ids, item_emb).to(dtype)).sum(dim=1)
+    pos_logits = pos_scores - pos_log_q[rows, columns].to(dtype)
+    return F.softplus(neg_lse[rows] - pos_logits)
+
+
+class MultiLabelSoftmaxLoss(CatalogSoftmax):
+    """Multi-label softmax over the catalog: the mean, over all positives of a batch, of each
+    positive's softmax cross-entropy against the labels its point does not carry, with scores
+    ``s(z, v) = z . v`` for ``z = query / temperature``.
+
+    With an exhaustive sampler it is exact (:func:`multilabel_full_softmax_loss`); with any other
+    sampler each query draws ``sampler.num_negatives`` negatives once, shared by all its
+    positives, and negatives hitting any of its positives are masked
+    (:func:`multilabel_sampled_softmax_loss`). The sampler observes the batch's positives and sees
+    the scaled query, as with :class:`~recsys_midx.losses.SoftmaxLoss`.
+
+    Args:
+        temperature: divides the query once; scores become ``query . v / temperature``.
+        chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
+            floats).
+
+    Raises:
+        ValueError: if ``temperature`` is not finite and positive or ``chunk_size < 1``; on
+            malformed inputs when called.
+
+    Example:
+        >>> from recsys_midx.samplers import UniformSampler
+        >>> loss_fn = MultiLabelSoftmaxLoss()
+        >>> query = torch.randn(3, 8, requires_grad=True)
+        >>> item_emb = torch.randn(101, 8, requires_grad=True)
+        >>> positives = torch.tensor([[4, 7, 9], [100, 0, 0], [1, 2, 0]])
+        >>> loss = loss_fn(query, positives, item_emb, UniformSampler(100, 10))
+        >>> loss.backward()
+    """
+
+    def exact_loss(self, query: Tensor, targets: Tensor, item_emb: Tensor) -> Tensor:
+        """Mean exact cross-entropy over the positives ``targets`` (``[Q, P]``, 0-padded)."""
+        return multilabel_full_softmax_loss(query, item_emb, targets, self.chunk_size).mean()
+
+    def sampled_loss(
+        self, query: Tensor, targets: Tensor, item_emb: Tensor, negatives: Negatives
+    ) -> Tensor:
+        """Mean sampled cross-entropy over the positives ``targets`` (``[Q, P]``, 0-padded)."""
+        return multilabel_sampled_softmax_loss(
+            query, item_emb, targets, negatives.ids, negatives.log_q, negatives.positive_log_q
+        ).mean()

@@ -1,0 +1,70 @@
+"""End to end: ``task=xc`` composed through Hydra trains, tests and writes results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hydra.errors import InstantiationException
+
+from conftest import sampler_overrides
+from recsys_midx.experiment import build, train
+
+#: Overrides that make an extreme classification run take a few seconds.
+TINY_XC_RUN = (
+    "task=xc",
+    "dataset.num_labels=80",
+    "dataset.num_features=300",
+    "dataset.num_train=300",
+    "dataset.num_test=100",
+    "dataset.num_topics=8",
+    "model.dim=16",
+    "model.hidden=[32]",
+    "trainer.max_epochs=2",
+    "trainer.accelerator=cpu",
+    "task.datamodule.batch_size=64",
+    "task.datamodule.eval_batch_size=64",
+    "callbacks.progress_bar.refresh_rate=0",
+)
+
+SAMPLERS = {"full": "FullSampler", "uniform": "UniformSampler", "midx": "MIDXSampler"}
+
+
+def test_task_xc_selects_its_dataset_model_and_loss(compose_config) -> None:
+    cfg = compose_config(["task=xc"])
+    assert cfg.dataset.name == "xc-synthetic"
+    assert cfg.model._target_.endswith("XCEncoder")
+    assert cfg.loss._target_.endswith("MultiLabelSoftmaxLoss")
+    assert cfg.sampler._target_.endswith("MIDXSampler")
+    assert cfg.task.monitor == "val/p@1"
+    repository = compose_config(["task=xc", "dataset=xc-amazon-670k"])
+    files = {"train": "amazon_train.txt", "test": "amazon_test.txt"}
+    assert dict(repository.dataset.files) == files
+    assert (repository.dataset.propensity_a, repository.dataset.propensity_b) == (0.6, 2.6)
+    seqrec = compose_config([])
+    assert seqrec.dataset.name == "synthetic" and seqrec.task.monitor == "val/ndcg@10"
+    assert seqrec.loss._target_.endswith(".SoftmaxLoss")
+
+
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+def test_xc_trains_and_tests_with_every_sampler_kind(compose_config, tmp_path, sampler) -> None:
+    cfg = compose_config([*TINY_XC_RUN, *sampler_overrides(sampler)])
+    results = train(cfg)
+
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["metrics"] == pytest.approx(results["metrics"])
+    for split in ("val", "test"):
+        for metric in ("p", "ndcg", "psp"):
+            for k in (1, 3, 5):
+                assert 0.0 <= saved["metrics"][f"{split}/{metric}@{k}"] <= 1.0
+    assert saved["config"]["sampler"]["_target_"].endswith(SAMPLERS[sampler])
+    assert saved["epochs_run"] == 2 and saved["best_epoch"] in (0, 1)
+    assert saved["dataset"]["labels"] == 80 and saved["dataset"]["splits"]["test"] == 100
+    if sampler != "full":  # the proposal is compared with the softmax on validation queries
+        assert saved["sampler"]["kl_last"] is not None and saved["sampler"]["kl_last"] >= 0
+
+
+def test_xc_rejects_a_single_label_loss(compose_config) -> None:
+    cfg = compose_config([*TINY_XC_RUN, *sampler_overrides("uniform"), "loss=softmax"])
+    with pytest.raises(InstantiationException, match="needs a MultiLabelSoftmaxLoss"):
+        build(cfg)
