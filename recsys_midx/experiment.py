@@ -15,12 +15,14 @@ from typing import Any
 
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
 from recsys_midx.lit.callbacks import EpochLog, SamplerRefresh
+from recsys_midx.lit.checkpointing import resume_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,11 @@ def build(cfg: DictConfig) -> Experiment:
     Returns:
         The run's objects; ``experiment.trainer.fit(experiment.module, experiment.datamodule)``
         trains it.
+
+    Raises:
+        ValueError: if a head other than ``dot`` is chosen with a loss that takes no head.
     """
+    _check_head_is_used(cfg)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     L.seed_everything(cfg.seed, workers=True)
@@ -67,6 +73,20 @@ def build(cfg: DictConfig) -> Experiment:
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     return Experiment(datamodule, module, trainer, epoch_log, output_dir)
+
+
+def _check_head_is_used(cfg: DictConfig) -> None:
+    """A head reaches the model only through a loss config that takes one (``head: ${head}``):
+    refuse a non-default head that the chosen loss would silently drop."""
+    head = cfg.get("head")
+    if head is None or "head" in cfg.loss or head.get("_target_") == "recsys_midx.heads.DotHead":
+        return
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    raise ValueError(
+        f"head={choices.get('head', head.get('_target_'))} has no effect with "
+        f"loss={choices.get('loss', cfg.loss.get('_target_'))}: that loss takes no head; use "
+        "head=dot or a softmax loss (loss=softmax, loss=multilabel_softmax)"
+    )
 
 
 def encoder_sizes(datamodule: L.LightningDataModule) -> dict[str, int]:
@@ -89,6 +109,10 @@ def encoder_sizes(datamodule: L.LightningDataModule) -> dict[str, int]:
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train and test one configuration; returns (and writes) the content of ``results.json``.
 
+    With ``cfg.resume`` set (``auto`` or a checkpoint path, see
+    :func:`~recsys_midx.lit.checkpointing.resume_checkpoint`) training continues from a
+    checkpoint: model, optimiser, sampler, random states, counters and callback states.
+
     Args:
         cfg: a config composed from ``conf/`` (see ``conf/config.yaml``).
 
@@ -104,7 +128,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule, module, trainer = experiment.datamodule, experiment.module, experiment.trainer
     output_dir = experiment.output_dir
     start = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule)
+    trainer.fit(module, datamodule=datamodule,
+                ckpt_path=resume_checkpoint(cfg.get("resume"), trainer))
     train_wall_seconds = time.perf_counter() - start
     # Testing restores callback states from the best checkpoint: keep the full logs first.
     epochs = list(experiment.epoch_log.rows)

@@ -6,8 +6,12 @@ a few optimiser steps of SASRec on batches of those sequences, each step being f
 backward and Adam update. The sampler's index is built once before timing and its build time is
 reported apart (in training it is amortised over ``refresh_every_n_epochs``).
 
+A run whose resident memory passes ``--memory-limit-gib`` is stopped and reported as not fitting;
+one that outlasts ``--timeout`` is stopped too. For every sampler measured at two sizes or more, a
+least-squares line through (N, peak memory) estimates the largest catalog that fits the limit.
+
 Example:
-    python scripts/bench_training.py --sizes 1e4 1e5 1e6 --samplers full uniform midx
+    python scripts/bench_training.py --sizes 1e5 1e6 5e6 --samplers full midx --steps 2
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from recsys_midx.data.sources import Synthetic  # noqa: E402
 from recsys_midx.data.splits import LeaveOneOutSplit  # noqa: E402
 from recsys_midx.losses import SoftmaxLoss  # noqa: E402
 from recsys_midx.models import SASRec  # noqa: E402
-from recsys_midx.samplers import FullSampler, MIDXSampler, Sampler, UniformSampler  # noqa: E402
+from recsys_midx.samplers import FullSampler, MIDXSampler, UniformSampler  # noqa: E402
 
 SAMPLERS = {
     "full": lambda n, m: FullSampler(n),
@@ -83,16 +87,66 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     }
 
 
+def _rss_mb(pid: int) -> float:
+    """Resident memory of a live process in MiB (0 once it has exited)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    line = next((row for row in status.splitlines() if row.startswith("VmRSS:")), "VmRSS: 0 kB")
+    return int(line.split()[1]) / 1024
+
+
 def _run_isolated(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict:
+    """Measure one (sampler, N) in a child process, stopped past the memory limit or timeout."""
     command = [
         sys.executable, __file__, "--single", sampler_name, str(num_items),
         *[f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
           if k not in ("sizes", "samplers", "single")],
     ]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    limit_mb = args.memory_limit_gib * 1024
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    start = time.perf_counter()
+    while True:
+        try:
+            stdout, stderr = child.communicate(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            # Polled rather than capped with setrlimit: an address-space cap also counts the
+            # virtual reservations of allocators and thread stacks, which are not memory used.
+            if _rss_mb(child.pid) > limit_mb:
+                child.kill()
+                child.communicate()
+                return {"error": f"over {args.memory_limit_gib:g} GiB"}
+            if time.perf_counter() - start > args.timeout:
+                child.kill()
+                child.communicate()
+                return {"error": f"timed out after {args.timeout:.0f} s"}
+    if child.returncode:
+        return {"error": stderr.strip().splitlines()[-1] if stderr.strip() else "failed"}
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def largest_fitting(points: list[tuple[int, float]], limit_mb: float) -> float | None:
+    """Catalog size at which the least-squares line through ``(N, peak MiB)`` reaches the limit.
+
+    Args:
+        points: measured ``(N, peak resident MiB)`` of one sampler, at two sizes or more.
+        limit_mb: the memory budget in MiB.
+
+    Returns:
+        The estimated largest ``N`` (rounded down to a float), or ``None`` with fewer than two
+        distinct sizes or a memory that does not grow with ``N``.
+
+    Example:
+        >>> largest_fitting([(100, 150.0), (200, 250.0)], 1050.0)
+        1000.0
+    """
+    sizes = np.array([n for n, _ in points], dtype=float)
+    if len(np.unique(sizes)) < 2:
+        return None
+    slope, intercept = np.polyfit(sizes, [mb for _, mb in points], 1)
+    return float(np.floor((limit_mb - intercept) / slope)) if slope > 0 else None
 
 
 def main() -> None:
@@ -107,6 +161,10 @@ def main() -> None:
     parser.add_argument("--negatives", type=int, default=100)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--memory-limit-gib", type=float, default=20.0,
+                        help="stop a run whose resident memory passes this")
+    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="stop a run that takes longer than this many seconds")
     parser.add_argument("--single", nargs=2, metavar=("SAMPLER", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.single:
@@ -115,10 +173,11 @@ def main() -> None:
 
     print(f"SASRec D={args.dim}, batch {args.batch_size} users x max_len {args.max_len}, "
           f"{args.negatives} negatives, {torch.get_num_threads()} threads, median of "
-          f"{args.steps} steps\n")
+          f"{args.steps} steps, memory limit {args.memory_limit_gib:g} GiB\n")
     print("| N | sampler | s/step | speed-up over full | time / uniform's | index build s "
           "| peak RSS MB |")
     print("|---:|---|---:|---:|---:|---:|---:|")
+    memory: dict[str, list[tuple[int, float]]] = {name: [] for name in args.samplers}
     for size in args.sizes:
         num_items = int(size)
         rows = {name: _run_isolated(args, name, num_items) for name in args.samplers}
@@ -126,12 +185,19 @@ def main() -> None:
             if "error" in row:
                 print(f"| {num_items:.0e} | {name} | failed: {row['error']} | | | | |")
                 continue
+            memory[name].append((num_items, row["peak_rss_mb"]))
             full, uniform = (rows.get(ref, {}).get("step_seconds") for ref in ("full", "uniform"))
             speedup = f"{full / row['step_seconds']:.1f}x" if full else "-"
             relative = f"{row['step_seconds'] / uniform:.2f}x" if uniform else "-"
             print(f"| {num_items:.0e} | {name} | {row['step_seconds']:.3f} | {speedup} | "
                   f"{relative} | {row['build_seconds']:.2f} | {row['peak_rss_mb']:.0f} |",
                   flush=True)
+    print()
+    for name, points in memory.items():
+        largest = largest_fitting(points, args.memory_limit_gib * 1024)
+        if largest is not None:
+            print(f"{name}: peak memory grows linearly with N; about {largest:.2e} items fit in "
+                  f"{args.memory_limit_gib:g} GiB (extrapolated from {len(points)} sizes)")
 
 
 if __name__ == "__main__":

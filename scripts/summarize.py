@@ -1,19 +1,27 @@
-"""Summarise runs: mean ± std over seeds of each (dataset, model, sampler) group.
+"""Summarise runs: mean ± std over seeds of each (dataset, model, sampler) group, and plots.
 
-Reads every ``results.json`` below the given folders (e.g. a Hydra multirun directory) and prints
-a markdown table; ``--csv FILE`` also writes the per-group numbers as CSV.
+Reads every ``results.json`` below the given folders (e.g. a Hydra multirun directory), prints a
+markdown table and writes it as ``summary.md`` and ``summary.csv`` together with three PNG plots
+(see :mod:`summary_plots`) in the ``--plots`` folder (default: the first folder). ``--csv FILE``
+writes the CSV to another place as well.
 
 Example:
-    python scripts/summarize.py multirun/2026-11-22/10-00-00 --csv summary.csv
+    python scripts/summarize.py multirun/2026-11-22/10-00-00 --plots docs/results/ml-100k
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
+
+# The plotting module sits next to this script, which runs without installing anything.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from summary_plots import plot_all  # noqa: E402
 
 METRICS = ["test/ndcg@10", "test/hr@10", "test/mrr@10", "val/ndcg@10"]
 GROUP = ["dataset", "model", "sampler", "negatives"]
@@ -84,15 +92,44 @@ def _cell(value: object) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
+def write_report(folders: list[Path], out_dir: Path) -> dict[str, Path]:
+    """Write ``summary.md``, ``summary.csv`` and the plots of the runs below ``folders``.
+
+    Args:
+        folders: folders searched (recursively) for ``results.json``.
+        out_dir: where the files go (created if missing).
+
+    Returns:
+        The written files by kind: ``markdown``, ``csv``, then the plots (see
+        :func:`summary_plots.plot_all`).
+
+    Raises:
+        SystemExit: if no ``results.json`` is found.
+    """
+    runs = load_runs(folders)
+    table = summarize(runs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {"markdown": out_dir / "summary.md", "csv": out_dir / "summary.csv"}
+    written["markdown"].write_text(to_markdown(table) + "\n")
+    table.to_csv(written["csv"], index=False)
+    written.update(plot_all(runs, out_dir))
+    return written
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folders", nargs="+", type=Path)
-    parser.add_argument("--csv", type=Path, help="also write the table as CSV")
+    parser.add_argument("--csv", type=Path, help="also write the table as CSV to this file")
+    parser.add_argument("--plots", type=Path,
+                        help="folder for summary.md, summary.csv and the PNG plots "
+                             "(default: the first folder)")
     args = parser.parse_args()
-    table = summarize(load_runs(args.folders))
-    print(to_markdown(table))
+    written = write_report(args.folders, args.plots or args.folders[0])
+    print(written["markdown"].read_text(), end="")
     if args.csv:
-        table.to_csv(args.csv, index=False)
+        args.csv.write_bytes(written["csv"].read_bytes())
+    for kind, path in written.items():
+        print(f"{kind}: {path}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,10 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from recsys_midx.data.pipeline import PreparedDataset
+from recsys_midx.data.resumable import ResumableLoader
 from recsys_midx.data.sources.base import Source
 from recsys_midx.data.splits import LeaveOneOutSplit
+from recsys_midx.distributed import eval_sampler
 
 Batch = dict[str, Tensor]
 
@@ -106,10 +109,11 @@ class SeqRecDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if self.split is None:
-            self.dataset = self.source.prepare(self.data_dir)
-            self.split = LeaveOneOutSplit.from_interactions(
-                self.dataset.interactions, self.dataset.num_items
-            )
+            dataset = self.source.prepare(self.data_dir)
+            self.split = LeaveOneOutSplit.from_interactions(dataset.interactions, dataset.num_items)
+            # The split holds what training and evaluation read (8 bytes per interaction); the
+            # frame (24+ bytes per interaction) would otherwise stay alive in every DDP rank.
+            self.dataset = replace(dataset, interactions=dataset.interactions.iloc[:0])
 
     @property
     def num_items(self) -> int:
@@ -143,10 +147,15 @@ class SeqRecDataModule(L.LightningDataModule):
     def _loader(
         self, collate: Callable[[list[int]], Batch], batch_size: int, shuffle: bool
     ) -> DataLoader:
-        return DataLoader(
-            _Rows(self._split.num_users),
+        rows = _Rows(self._split.num_users)
+        # Training shards come from Lightning's distributed sampler; evaluation shards must not
+        # repeat users to even out the ranks, so they get an unpadded sampler.
+        # The training loader can replay its order, so that a run resumes mid-epoch exactly.
+        return (ResumableLoader if shuffle else DataLoader)(
+            rows,
             batch_size=batch_size,
             shuffle=shuffle,
+            sampler=None if shuffle else eval_sampler(rows),
             collate_fn=collate,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

@@ -56,6 +56,8 @@ from torch.utils.data import DataLoader
 
 from recsys_midx.data.download import atomic_directory
 from recsys_midx.data.errors import DataError, MissingFilesError
+from recsys_midx.data.resumable import ResumableLoader
+from recsys_midx.distributed import eval_sampler
 from recsys_midx.metrics.xc import inverse_propensities
 
 log = logging.getLogger(__name__)
@@ -244,8 +246,10 @@ def _parse_block(lines: list[str]) -> _Block:
     label_counts = np.array([t.count(",") + 1 if t else 0 for t in label_texts], dtype=np.int64)
     feature_counts = np.array([t.count(":") for t in feature_texts], dtype=np.int64)
     labels = _numbers(",".join(t for t in label_texts if t), ",", np.int64, int(label_counts.sum()))
+    # Empty texts are left out: joined, they would leave a bare separator numpy reads as a value.
     pairs = _numbers(
-        " ".join(feature_texts).replace(":", " "), " ", np.float64, 2 * int(feature_counts.sum())
+        " ".join(t for t in feature_texts if t).replace(":", " "), " ", np.float64,
+        2 * int(feature_counts.sum()),
     )
     feature_ids = pairs[0::2]
     if not np.array_equal(feature_ids, np.floor(feature_ids)):
@@ -330,7 +334,9 @@ def read_xc_file(path: str | Path) -> XCData:
         (15539, 5000, 3993)
     """
     path = Path(path)
-    with path.open("r", encoding="utf-8") as handle:
+    # Bytes that are not UTF-8 become U+FFFD, which no number contains: the line holding them
+    # is then reported as malformed, with its number.
+    with path.open("r", encoding="utf-8", errors="replace") as handle:
         num_points, num_features, num_labels = _parse_header(handle.readline(), path)
         blocks = list(_blocks(handle, path))
     label_counts = np.concatenate([b.label_counts for b in blocks] or [np.empty(0, np.int64)])
@@ -1106,10 +1112,15 @@ class XCDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
         data = self._split(split)
-        return DataLoader(
-            range(data.num_points),  # indexes points; the collate gathers a batch at once
+        points = range(data.num_points)  # indexes points; the collate gathers a batch at once
+        # Evaluation shards must not repeat points (Lightning's sampler pads them): see
+        # recsys_midx.distributed.eval_sampler.
+        # The training loader can replay its order, so that a run resumes mid-epoch exactly.
+        return (ResumableLoader if shuffle else DataLoader)(
+            points,
             batch_size=batch_size,
             shuffle=shuffle,
+            sampler=None if shuffle else eval_sampler(points),
             collate_fn=partial(make_batch, data),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

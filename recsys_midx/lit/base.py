@@ -13,6 +13,8 @@ import torchmetrics
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor, nn
 
+from recsys_midx.distributed import broadcast_module_state
+from recsys_midx.heads import optimizer_param_groups
 from recsys_midx.losses import CatalogSoftmax
 from recsys_midx.samplers import Sampler
 
@@ -74,12 +76,28 @@ class CatalogModule(L.LightningModule, abc.ABC):
 
     @torch.no_grad()
     def refresh_sampler(self) -> None:
-        """Rebuild the sampler from the live item table and the training item counts."""
-        counts = getattr(self.trainer.datamodule, "item_counts", None)
-        self.sampler.update(
-            self.encoder.item_table.detach().float(),
-            None if counts is None else counts.to(self.device),
-        )
+        """Rebuild the sampler (and a loss with an ``update`` method) from the live item table
+        and the training item counts.
+
+        In a multi-process run rank 0 builds the index and broadcasts it, so every rank draws
+        from one proposal even where index building is not bit-reproducible (threaded or GPU
+        k-means); the other ranks skip the build. The counts cover the whole training set on
+        every rank: the data module holds the full split and only its loaders shard.
+        """
+        # A loss built from the item table too (EDRep's cluster statistics) follows the
+        # sampler's schedule: it has the sampler's ``update`` signature.
+        rebuilt = [self.sampler]
+        if callable(getattr(self.loss, "update", None)):
+            rebuilt.append(self.loss)
+        if self.trainer.is_global_zero:
+            counts = getattr(self.trainer.datamodule, "item_counts", None)
+            for module in rebuilt:
+                module.update(
+                    self.encoder.item_table.detach().float(),
+                    None if counts is None else counts.to(self.device),
+                )
+        for module in rebuilt:
+            broadcast_module_state(module, src=0)
 
     @abc.abstractmethod
     def encode(self, batch: dict[str, Any]) -> Tensor:
@@ -106,7 +124,33 @@ class CatalogModule(L.LightningModule, abc.ABC):
             queries = self.encode(batch)
         finally:
             self.encoder.train(was_training)
-        return queries.float() / self.loss.temperature
+        sampler_queries = getattr(self.loss, "sampler_queries", None)
+        if sampler_queries is None:  # an objective without an output head
+            return queries.float() / self.loss.temperature
+        # Through the head: MoE's projected query, or MoS's K component queries per point.
+        return sampler_queries(queries.float())
+
+    @torch.no_grad()
+    def ranking_queries(self, query: Tensor, chunk_size: int) -> tuple[Tensor, Tensor | None]:
+        """Queries (and mixture log-weights) that rank the catalog as the model does.
+
+        The objective's head decides (:meth:`~recsys_midx.losses.CatalogSoftmax.ranking_queries`):
+        the query itself for the dot product and for increasing logit transforms, the projected
+        query for MoE, component queries and log-weights for MoS; objectives without a head rank
+        by the query itself.
+
+        Args:
+            query: ``[B, D]`` encoder outputs.
+            chunk_size: items scored at once where the head needs catalog normalisers.
+
+        Returns:
+            ``(queries, log_weights)`` for :func:`~recsys_midx.metrics.target_ranks` and
+            :func:`~recsys_midx.metrics.top_labels`.
+        """
+        head_queries = getattr(self.loss, "ranking_queries", None)
+        if head_queries is None:
+            return query, None
+        return head_queries(query, self.encoder.item_table, chunk_size)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self.update_metrics(self.val_metrics, batch)
@@ -121,7 +165,8 @@ class CatalogModule(L.LightningModule, abc.ABC):
         self._log_metrics("test", self.test_metrics)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.optimizer_factory(self.parameters())
+        # Heads with their own learning rate (PLIF's slopes) get their own parameter group.
+        return self.optimizer_factory(optimizer_param_groups(self))
 
     def _log_metrics(self, prefix: str, metrics: torchmetrics.Metric) -> None:
         self.log_dict({f"{prefix}/{name}": value for name, value in metrics.compute().items()},

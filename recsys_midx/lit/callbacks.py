@@ -19,8 +19,9 @@ class EpochLog(Callback):
     """Writes ``epochs.csv``: per epoch, training and validation seconds, mean loss, val metrics.
 
     The file is rewritten after every epoch, so it is complete up to the last finished epoch even
-    if the run is interrupted. Its rows are part of the callback's state, so a resumed run keeps
-    the rows of the epochs before the interruption.
+    if the run is interrupted. Its rows, and the running epoch's loss sums and elapsed time, are
+    part of the callback's state, so a resumed run keeps the rows of the epochs before the
+    interruption and completes the interrupted epoch's row.
 
     Args:
         path: the CSV file to write.
@@ -97,10 +98,26 @@ class EpochLog(Callback):
             writer.writerows(self.rows)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows}
+        # The running epoch's loss sums and elapsed time too: a run resumed mid-epoch then
+        # reports the whole epoch's mean loss and (about) its training time.
+        return {"rows": self.rows, "loss_sum": self._loss_sum, "loss_count": self._loss_count,
+                "epoch_seconds": time.perf_counter() - self._epoch_start}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.rows = list(state_dict["rows"])
+        self._loss_sum = state_dict.get("loss_sum", 0.0)
+        self._loss_count = state_dict.get("loss_count", 0)
+        self._epoch_start = time.perf_counter() - state_dict.get("epoch_seconds", 0.0)
+
+
+def _schedule_fires(pl_module: L.LightningModule, every_name: str, count: int) -> bool:
+    """Whether the sampler's or the objective's ``every_name`` schedule (0 or absent: none)
+    asks for a rebuild at epoch or step ``count`` (never at 0: fitting starts with a build)."""
+    for part in (pl_module.sampler, pl_module.loss):
+        every = getattr(part, every_name, 0)
+        if every and count > 0 and count % every == 0:
+            return True
+    return False
 
 
 class SamplerRefresh(Callback):
@@ -108,7 +125,7 @@ class SamplerRefresh(Callback):
 
     The schedule is read from the sampler (``refresh_every_n_steps``, ``refresh_every_n_epochs``;
     samplers without them, whose proposal does not follow the item table, are built once at the
-    start of training). Each rebuild is timed, and the proposal (of a sampler that samples) is
+    start of training) and from the objective when it has one too (EDRep's cluster statistics). Each rebuild is timed, and the proposal (of a sampler that samples) is
     compared with the softmax it
     approximates (KL and effective sample size, see
     :func:`~recsys_midx.samplers.proposal_divergence`) on a fixed set of validation queries.
@@ -144,15 +161,13 @@ class SamplerRefresh(Callback):
             self._diagnose(trainer, pl_module, refresh_seconds=None)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        every = getattr(pl_module.sampler, "refresh_every_n_epochs", 0)
-        if every and trainer.current_epoch > 0 and trainer.current_epoch % every == 0:
+        if _schedule_fires(pl_module, "refresh_every_n_epochs", trainer.current_epoch):
             self._refresh(trainer, pl_module)
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        every = getattr(pl_module.sampler, "refresh_every_n_steps", 0)
-        if every and trainer.global_step > 0 and trainer.global_step % every == 0:
+        if _schedule_fires(pl_module, "refresh_every_n_steps", trainer.global_step):
             self._refresh(trainer, pl_module)
 
     def _refresh(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -64,13 +64,16 @@ class SeqRecModule(CatalogModule):
         return self.encoder(batch["inputs"])[:, -1]
 
     def update_metrics(self, metrics: RankingMetrics, batch: dict[str, Tensor]) -> None:
-        """Rank each user's target against the whole catalog (history excluded if asked)."""
+        """Rank each user's target against the whole catalog (history excluded if asked), by
+        the model's scores (:meth:`ranking_queries`)."""
+        queries, log_weights = self.ranking_queries(self.encode(batch), self.eval_chunk_size)
         ranks = target_ranks(
-            self.encode(batch),
+            queries,
             self.encoder.item_table,
             batch["targets"],
             batch["history"] if self.exclude_seen else None,
             chunk_size=self.eval_chunk_size,
+            log_weights=log_weights,
         )
         metrics.update(ranks)
 

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from recsys_midx.lit.base import CatalogModule, OptimizerFactory
-from recsys_midx.losses import MultiLabelSoftmaxLoss
+from recsys_midx.losses import EDRepLoss, MultiLabelSoftmaxLoss
 from recsys_midx.metrics import XCMetrics, top_labels
 from recsys_midx.models import XCEncoder
 from recsys_midx.samplers import Sampler
@@ -38,7 +38,8 @@ class XCModule(CatalogModule):
         eval_chunk_size: labels scored at a time during evaluation (bounds memory).
 
     Raises:
-        TypeError: if ``loss`` is not a :class:`~recsys_midx.losses.MultiLabelSoftmaxLoss`.
+        TypeError: if ``loss`` is neither a :class:`~recsys_midx.losses.MultiLabelSoftmaxLoss`
+            nor an :class:`~recsys_midx.losses.EDRepLoss`.
 
     Example:
         >>> module = XCModule(XCEncoder(5000, 1000), UniformSampler(1000), MultiLabelSoftmaxLoss(),
@@ -51,15 +52,16 @@ class XCModule(CatalogModule):
         self,
         encoder: XCEncoder,
         sampler: Sampler,
-        loss: MultiLabelSoftmaxLoss,
+        loss: MultiLabelSoftmaxLoss | EDRepLoss,
         optimizer: OptimizerFactory,
         ks: Sequence[int] = (1, 3, 5),
         eval_chunk_size: int = 65536,
     ) -> None:
-        if not isinstance(loss, MultiLabelSoftmaxLoss):
+        # EDRepLoss takes [Q, P] positives as well as [Q] targets.
+        if not isinstance(loss, (MultiLabelSoftmaxLoss, EDRepLoss)):
             raise TypeError(
-                f"XCModule needs a MultiLabelSoftmaxLoss (loss=multilabel_softmax), got "
-                f"{type(loss).__name__}"
+                f"XCModule needs a MultiLabelSoftmaxLoss (loss=multilabel_softmax) or an "
+                f"EDRepLoss (loss=edrep), got {type(loss).__name__}"
             )
         super().__init__(encoder, sampler, loss, optimizer, XCMetrics(ks))
         self.eval_chunk_size = eval_chunk_size
@@ -86,8 +88,10 @@ class XCModule(CatalogModule):
         return self.encoder(features.indices, features.offsets, features.weights)
 
     def update_metrics(self, metrics: XCMetrics, batch: dict[str, Any]) -> None:
-        """Predict each point's top labels over the whole label set and score them."""
+        """Predict each point's top labels over the whole label set, by the model's scores
+        (:meth:`ranking_queries`), and score them."""
+        queries, log_weights = self.ranking_queries(self.encode(batch), self.eval_chunk_size)
         _, top_ids = top_labels(
-            self.encode(batch), self.encoder.item_table, metrics.max_k, self.eval_chunk_size
+            queries, self.encoder.item_table, metrics.max_k, self.eval_chunk_size, log_weights
         )
         metrics.update(top_ids, batch["labels"], self.inv_propensity)

@@ -1,23 +1,41 @@
 """Softmax objectives: exact (chunked) and sampled with the logQ correction, for one target or
 several positives per query."""
 
-from .full_softmax import full_softmax_loss
+from .edrep import EDRepLoss
+from .full_softmax import full_softmax_loss, head_full_softmax_loss, head_logsumexp
 from .multilabel import (
     MultiLabelSoftmaxLoss,
     multilabel_full_softmax_loss,
+    multilabel_head_full_softmax_loss,
+    multilabel_head_sampled_softmax_loss,
     multilabel_sampled_softmax_loss,
 )
-from .sampled_softmax import sampled_softmax_loss
-from .softmax import CatalogSoftmax, Negatives, SoftmaxLoss, draw_negatives
+from .sampled_softmax import head_sampled_softmax_loss, sampled_softmax_loss
+from .softmax import (
+    CatalogSoftmax,
+    LossFunctions,
+    Negatives,
+    SoftmaxLoss,
+    draw_mixture_negatives,
+    draw_negatives,
+)
 
 __all__ = [
     "CatalogSoftmax",
+    "EDRepLoss",
+    "LossFunctions",
     "MultiLabelSoftmaxLoss",
     "Negatives",
     "SoftmaxLoss",
+    "draw_mixture_negatives",
     "draw_negatives",
     "full_softmax_loss",
+    "head_full_softmax_loss",
+    "head_logsumexp",
+    "head_sampled_softmax_loss",
     "multilabel_full_softmax_loss",
+    "multilabel_head_full_softmax_loss",
+    "multilabel_head_sampled_softmax_loss",
     "multilabel_sampled_softmax_loss",
     "sampled_softmax_loss",
 ]

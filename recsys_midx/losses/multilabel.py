@@ -25,13 +25,24 @@ real positive, in the row-major order of ``positives[positives > 0]``, and
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 # The chunked normaliser is shared with the single-label exact loss, forward and backward.
-from .full_softmax import _ChunkedLogSumExp, check_scoring_inputs, compute_dtype
-from .softmax import CatalogSoftmax, Negatives
+from .full_softmax import (
+    Transform,
+    _ChunkedLogSumExp,
+    as_components,
+    check_scoring_inputs,
+    compute_dtype,
+    head_logsumexp,
+    mixture_log_prob,
+    without_autocast,
+)
+from .softmax import CatalogSoftmax, LossFunctions
 
 
 def _positive_entries(
@@ -62,6 +73,35 @@ def _positive_entries(
     # Each positive is one (query row, target) pair of the single-label checks.
     check_scoring_inputs(query[rows], item_emb, ids)
     return rows, columns, ids
+
+
+class _LabelSplit(NamedTuple):
+    """The labels of a batch of positives, split for the exact multi-label normaliser.
+
+    Attributes:
+        outside_ids: ids of the labels no query of the batch carries, padding row 0 first (so
+            ``item_emb[outside_ids]`` is itself a table with a padding row).
+        batch_labels: ``[U]`` the batch's positive labels, sorted.
+        position: ``[T]`` column of each positive in ``batch_labels``.
+        own: ``[Q, U]`` true where the label is a positive of the query (out of its normaliser).
+    """
+
+    outside_ids: Tensor
+    batch_labels: Tensor
+    position: Tensor
+    own: Tensor
+
+
+def _split_labels(num_queries: int, num_rows: int, rows: Tensor, ids: Tensor) -> _LabelSplit:
+    """Split the ``num_rows`` rows of the table by the batch's positives ``(rows, ids)``."""
+    batch_labels = ids.unique()  # sorted
+    outside = torch.ones(num_rows, dtype=torch.bool, device=ids.device)
+    outside[batch_labels] = False
+    outside_ids = outside.nonzero().squeeze(1)  # row 0 (padding) comes first, as the table's
+    position = torch.searchsorted(batch_labels, ids)
+    own = torch.zeros((num_queries, len(batch_labels)), dtype=torch.bool, device=ids.device)
+    own[rows, position] = True
+    return _LabelSplit(outside_ids, batch_labels, position, own)
 
 
 def multilabel_full_softmax_loss(
@@ -106,23 +146,17 @@ def multilabel_full_softmax_loss(
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     dtype = compute_dtype(query, item_emb)
     query = query.to(dtype)
-    batch_labels = ids.unique()  # sorted
+    split = _split_labels(query.shape[0], item_emb.shape[0], rows, ids)
     # Labels no query of the batch carries: one shared logsumexp, chunked over the table.
-    outside = torch.ones(item_emb.shape[0], dtype=torch.bool, device=item_emb.device)
-    outside[batch_labels] = False
-    outside_ids = outside.nonzero().squeeze(1)  # row 0 (padding) comes first, as the table's
-    if len(outside_ids) > 1:
-        table = item_emb.index_select(0, outside_ids).to(dtype)
+    if len(split.outside_ids) > 1:
+        table = item_emb.index_select(0, split.outside_ids).to(dtype)
         lse_outside = _ChunkedLogSumExp.apply(query, table, chunk_size)
     else:
         lse_outside = query.new_full((query.shape[0],), float("-inf"))
     # The batch's labels: scored densely; a query's own positives leave its normaliser.
-    scores = query @ item_emb.index_select(0, batch_labels).to(dtype).T  # [Q, |U|]
-    position = torch.searchsorted(batch_labels, ids)
-    own = torch.zeros_like(scores, dtype=torch.bool)
-    own[rows, position] = True
-    lse_batch = torch.logsumexp(scores.masked_fill(own, float("-inf")), dim=1)
-    positive_scores = scores[rows, position]
+    scores = query @ item_emb.index_select(0, split.batch_labels).to(dtype).T  # [Q, |U|]
+    lse_batch = torch.logsumexp(scores.masked_fill(split.own, float("-inf")), dim=1)
+    positive_scores = scores[rows, split.position]
     competitors = torch.stack((positive_scores, lse_outside[rows], lse_batch[rows]), dim=1)
     return torch.logsumexp(competitors, dim=1) - positive_scores
 
@@ -147,6 +181,7 @@ def _check_negatives(
         )
 
 
+@without_autocast
 def multilabel_sampled_softmax_loss(
     query: Tensor,
     item_emb: Tensor,
@@ -206,6 +241,135 @@ def multilabel_sampled_softmax_loss(
     return F.softplus(neg_lse[rows] - pos_logits)
 
 
+def multilabel_head_full_softmax_loss(
+    queries: Tensor,
+    log_prior: Tensor | None,
+    item_emb: Tensor,
+    positives: Tensor,
+    transform: Transform,
+    chunk_size: int = 32768,
+) -> Tensor:
+    """Exact multi-label cross-entropy of a head's model, one term per positive.
+
+    For positive ``p`` of query ``q`` and component ``k`` with transformed scores
+    ``f(s_k(i))``: ``log p_k(p) = f(s_k(p)) - log(exp f(s_k(p)) + sum_{i not in P} exp f(s_k(i)))``
+    and ``loss = -logsumexp_k(log_prior_k + log p_k(p))``. As in
+    :func:`multilabel_full_softmax_loss`, the labels nobody in the batch carries are summed by a
+    chunked (and checkpointed) logsumexp, :func:`~recsys_midx.losses.head_logsumexp`, and the
+    batch's labels are scored densely (``[Q, K, |U|]``).
+
+    Args:
+        queries: ``[Q, D]`` or ``[Q, K, D]`` scaled queries from the head.
+        log_prior: ``[Q, K]`` mixture log-weights, ``None`` for one query per context.
+        item_emb: ``[N+1, D]`` label table, row 0 padding.
+        positives: ``[Q, P]`` positive ids in ``1..N``, padded with ``0``.
+        transform: the head's pointwise transform ``f`` (identity for none).
+        chunk_size: labels (times components) scored at once.
+
+    Returns:
+        ``[T]`` losses, one per non-zero entry of ``positives`` in row-major order.
+
+    Raises:
+        ValueError: on malformed shapes, ids outside ``0..N``, no positive at all, or
+            ``chunk_size < 1``.
+
+    Example:
+        With one query and the identity it is :func:`multilabel_full_softmax_loss`:
+
+        >>> query, item_emb = torch.randn(2, 4), torch.randn(6, 4)
+        >>> positives = torch.tensor([[1, 2], [5, 0]])
+        >>> loss = multilabel_head_full_softmax_loss(query, None, item_emb, positives, lambda s: s)
+        >>> exact = multilabel_full_softmax_loss(query, item_emb, positives)
+        >>> torch.allclose(loss, exact, atol=1e-5)
+        True
+    """
+    components = as_components(queries)
+    rows, _, ids = _positive_entries(components[:, 0], item_emb, positives)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    dtype = compute_dtype(components, item_emb)
+    components = components.to(dtype)
+    split = _split_labels(components.shape[0], item_emb.shape[0], rows, ids)
+    if len(split.outside_ids) > 1:
+        table = item_emb.index_select(0, split.outside_ids)
+        lse_outside = head_logsumexp(components, table, transform, chunk_size)  # [Q, K]
+    else:
+        lse_outside = components.new_full(components.shape[:2], float("-inf"))
+    labels = item_emb.index_select(0, split.batch_labels).to(dtype)
+    scores = transform((components @ labels.T).to(dtype))  # [Q, K, |U|]
+    lse_batch = torch.logsumexp(scores.masked_fill(split.own[:, None], float("-inf")), dim=-1)
+    positive_scores = scores[rows, :, split.position]  # [T, K]
+    competitors = torch.stack((positive_scores, lse_outside[rows], lse_batch[rows]), dim=-1)
+    log_p = positive_scores - torch.logsumexp(competitors, dim=-1)
+    return -mixture_log_prob(log_p, None if log_prior is None else log_prior[rows])
+
+
+@without_autocast
+def multilabel_head_sampled_softmax_loss(
+    queries: Tensor,
+    log_prior: Tensor | None,
+    item_emb: Tensor,
+    positives: Tensor,
+    neg_ids: Tensor,
+    neg_log_q: Tensor,
+    pos_log_q: Tensor,
+    transform: Transform,
+) -> Tensor:
+    """Sampled multi-label cross-entropy of a head's model; negatives shared by positives and
+    components.
+
+    With ``o_k(i) = f(s_k(i)) - log q(i)`` (the transform before the logQ correction),
+    ``log p_k(p) = -softplus(lse_k - o_k(p))`` where ``lse_k`` is the logsumexp of component
+    ``k`` over the query's negatives, hits of any of its positives masked; then
+    ``loss = -logsumexp_k(log_prior_k + log p_k(p))``.
+
+    Args:
+        queries: ``[Q, D]`` or ``[Q, K, D]`` scaled queries from the head.
+        log_prior: ``[Q, K]`` mixture log-weights, ``None`` for one query per context.
+        item_emb: ``[N+1, D]`` label table, row 0 padding.
+        positives: ``[Q, P]`` positive ids in ``1..N``, padded with ``0``.
+        neg_ids: ``[Q, M]`` negative ids in ``1..N``.
+        neg_log_q: ``[Q, M]`` normalised ``log q`` of the negatives.
+        pos_log_q: ``[Q, P]`` normalised ``log q`` of the positives (ignored at padding).
+        transform: the head's pointwise transform ``f`` (identity for none).
+
+    Returns:
+        ``[T]`` losses, one per non-zero entry of ``positives`` in row-major order.
+
+    Raises:
+        ValueError: on malformed shapes, ids outside ``0..N`` or no positive at all.
+
+    Example:
+        With the whole catalog (N = 3) as negatives and ``q = 1/N`` it is the exact loss:
+
+        >>> queries, log_prior = torch.randn(2, 3, 4), torch.randn(2, 3).log_softmax(-1)
+        >>> item_emb, positives = torch.randn(4, 4), torch.tensor([[1, 2], [3, 0]])
+        >>> neg_ids = torch.tensor([[1, 2, 3], [1, 2, 3]])
+        >>> log_q = torch.full((2, 3), -torch.log(torch.tensor(3.0)).item())
+        >>> loss = multilabel_head_sampled_softmax_loss(
+        ...     queries, log_prior, item_emb, positives, neg_ids, log_q, log_q[:, :2], torch.tanh)
+        >>> exact = multilabel_head_full_softmax_loss(
+        ...     queries, log_prior, item_emb, positives, torch.tanh)
+        >>> torch.allclose(loss, exact, atol=1e-5)
+        True
+    """
+    components = as_components(queries)
+    rows, columns, ids = _positive_entries(components[:, 0], item_emb, positives)
+    _check_negatives(positives, neg_ids, neg_log_q, pos_log_q)
+    dtype = compute_dtype(components, item_emb)
+    components = components.to(dtype)
+    neg_emb = F.embedding(neg_ids, item_emb).to(dtype)
+    neg_logits = transform(torch.einsum("qkd,qmd->qkm", components, neg_emb).to(dtype))
+    neg_logits = neg_logits - neg_log_q.to(dtype)[:, None, :]
+    hits = (neg_ids[:, :, None] == positives[:, None, :]).any(dim=2)
+    neg_lse = torch.logsumexp(neg_logits.masked_fill(hits[:, None], float("-inf")), dim=-1)
+    pos_emb = F.embedding(ids, item_emb).to(dtype)
+    pos_logits = transform(torch.einsum("tkd,td->tk", components[rows], pos_emb).to(dtype))
+    pos_logits = pos_logits - pos_log_q[rows, columns].to(dtype)[:, None]
+    log_p = -F.softplus(neg_lse[rows] - pos_logits)
+    return -mixture_log_prob(log_p, None if log_prior is None else log_prior[rows])
+
+
 class MultiLabelSoftmaxLoss(CatalogSoftmax):
     """Multi-label softmax over the catalog: the mean, over all positives of a batch, of each
     positive's softmax cross-entropy against the labels its point does not carry, with scores
@@ -221,6 +385,7 @@ class MultiLabelSoftmaxLoss(CatalogSoftmax):
         temperature: divides the query once; scores become ``query . v / temperature``.
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
+        head: the output head (:mod:`recsys_midx.heads`); ``None`` is the plain dot product.
 
     Raises:
         ValueError: if ``temperature`` is not finite and positive or ``chunk_size < 1``; on
@@ -236,14 +401,9 @@ class MultiLabelSoftmaxLoss(CatalogSoftmax):
         >>> loss.backward()
     """
 
-    def exact_loss(self, query: Tensor, targets: Tensor, item_emb: Tensor) -> Tensor:
-        """Mean exact cross-entropy over the positives ``targets`` (``[Q, P]``, 0-padded)."""
-        return multilabel_full_softmax_loss(query, item_emb, targets, self.chunk_size).mean()
-
-    def sampled_loss(
-        self, query: Tensor, targets: Tensor, item_emb: Tensor, negatives: Negatives
-    ) -> Tensor:
-        """Mean sampled cross-entropy over the positives ``targets`` (``[Q, P]``, 0-padded)."""
-        return multilabel_sampled_softmax_loss(
-            query, item_emb, targets, negatives.ids, negatives.log_q, negatives.positive_log_q
-        ).mean()
+    functions = LossFunctions(
+        exact=multilabel_full_softmax_loss,
+        sampled=multilabel_sampled_softmax_loss,
+        head_exact=multilabel_head_full_softmax_loss,
+        head_sampled=multilabel_head_sampled_softmax_loss,
+    )

@@ -1,4 +1,5 @@
-"""Sampled softmax with the logQ correction and accidental-hit masking."""
+"""Sampled softmax with the logQ correction and accidental-hit masking, for the plain dot-product
+softmax and for the general form of a head (transformed scores, several queries per context)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .full_softmax import check_scoring_inputs, compute_dtype
+from .full_softmax import (
+    Transform,
+    as_components,
+    check_scoring_inputs,
+    compute_dtype,
+    mixture_log_prob,
+    without_autocast,
+)
 
 
 def _check_negatives(
@@ -26,6 +34,7 @@ def _check_negatives(
         raise ValueError(f"pos_log_q must have shape [{num_queries}], got {tuple(pos_log_q.shape)}")
 
 
+@without_autocast
 def sampled_softmax_loss(
     query: Tensor,
     item_emb: Tensor,
@@ -80,3 +89,70 @@ def sampled_softmax_loss(
     neg_logits = neg_logits.masked_fill(neg_ids == targets[:, None], float("-inf"))
     logits = torch.cat([pos_logits[:, None], neg_logits], dim=1)
     return torch.logsumexp(logits, dim=1) - pos_logits
+
+
+@without_autocast
+def head_sampled_softmax_loss(
+    queries: Tensor,
+    log_prior: Tensor | None,
+    item_emb: Tensor,
+    targets: Tensor,
+    neg_ids: Tensor,
+    neg_log_q: Tensor,
+    pos_log_q: Tensor,
+    transform: Transform,
+) -> Tensor:
+    """Per-query sampled cross-entropy of a head's model, the negatives shared by its components.
+
+    The head's transform comes before the logQ correction: component ``k`` has corrected logits
+    ``o_k(i) = f(s_k(i)) - log q(i)`` for the target and the negatives (accidental hits masked),
+    its sampled log-probability is ``log p_k(t) = o_k(t) - logsumexp(o_k(t), o_k(n_1..n_M))``,
+    and ``loss = -logsumexp_k(log_prior_k + log p_k(t))``. Every component sees the same
+    negatives with the same ``log q``, the proposal they were actually drawn from (see
+    :func:`~recsys_midx.losses.draw_mixture_negatives`), so each component's normaliser gets its
+    own logQ-corrected estimate. Computed in at least float32.
+
+    Args:
+        queries: ``[Q, D]`` or ``[Q, K, D]`` scaled queries from the head.
+        log_prior: ``[Q, K]`` mixture log-weights, ``None`` for one query per context.
+        item_emb: ``[N+1, D]`` item table, row 0 padding.
+        targets: ``[Q]`` target ids in ``1..N``.
+        neg_ids: ``[Q, M]`` negative ids in ``1..N``.
+        neg_log_q: ``[Q, M]`` normalised ``log q`` of the negatives.
+        pos_log_q: ``[Q]`` normalised ``log q`` of the targets.
+        transform: the head's pointwise transform ``f`` (identity for none).
+
+    Returns:
+        ``[Q]`` losses.
+
+    Raises:
+        ValueError: on malformed shapes or targets outside ``1..N``.
+
+    Example:
+        With the whole catalog (N = 3) as negatives and ``q = 1/N`` it is the exact loss:
+
+        >>> from recsys_midx.losses import head_full_softmax_loss
+        >>> queries, log_prior = torch.randn(2, 3, 8), torch.randn(2, 3).log_softmax(-1)
+        >>> item_emb, targets = torch.randn(4, 8), torch.tensor([1, 3])
+        >>> neg_ids = torch.tensor([[1, 2, 3], [1, 2, 3]])
+        >>> log_q = torch.full((2, 3), -torch.log(torch.tensor(3.0)).item())
+        >>> loss = head_sampled_softmax_loss(queries, log_prior, item_emb, targets, neg_ids,
+        ...                                  log_q, log_q[:, 0], torch.tanh)
+        >>> exact = head_full_softmax_loss(queries, log_prior, item_emb, targets, torch.tanh)
+        >>> torch.allclose(loss, exact, atol=1e-5)
+        True
+    """
+    components = as_components(queries)
+    check_scoring_inputs(components[:, 0], item_emb, targets)
+    _check_negatives(components, neg_ids, neg_log_q, pos_log_q)
+    dtype = compute_dtype(components, item_emb)
+    components = components.to(dtype)
+    pos_emb = F.embedding(targets, item_emb).to(dtype)
+    neg_emb = F.embedding(neg_ids, item_emb).to(dtype)
+    pos_logits = transform(torch.einsum("qkd,qd->qk", components, pos_emb).to(dtype))
+    pos_logits = pos_logits - pos_log_q.to(dtype)[:, None]
+    neg_logits = transform(torch.einsum("qkd,qmd->qkm", components, neg_emb).to(dtype))
+    neg_logits = neg_logits - neg_log_q.to(dtype)[:, None, :]
+    neg_logits = neg_logits.masked_fill((neg_ids == targets[:, None])[:, None, :], float("-inf"))
+    logits = torch.cat([pos_logits[..., None], neg_logits], dim=-1)
+    return -mixture_log_prob(pos_logits - torch.logsumexp(logits, dim=-1), log_prior)

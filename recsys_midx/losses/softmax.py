@@ -1,24 +1,34 @@
 """The softmax objectives: exact or sampled, chosen by the sampler they are given.
 
-:class:`CatalogSoftmax` holds what every such objective shares: the temperature that scales the
-query, the choice between the exact loss (exhaustive samplers) and the sampled one, and the draw
-of negatives with their ``log q`` (:func:`draw_negatives`). :class:`SoftmaxLoss` (one target per
-query) and :class:`~recsys_midx.losses.multilabel.MultiLabelSoftmaxLoss` (several positives per
-query) only say how the exact and the sampled losses are computed.
+:class:`CatalogSoftmax` holds what every such objective shares: the output head
+(:mod:`recsys_midx.heads`), the temperature that scales the query, the choice between the exact
+loss (exhaustive samplers) and the sampled one, and the draw of negatives with their ``log q``
+(:func:`draw_negatives`, or :func:`draw_mixture_negatives` for heads with several queries per
+context). :class:`SoftmaxLoss` (one target per query) and
+:class:`~recsys_midx.losses.multilabel.MultiLabelSoftmaxLoss` (several positives per query) only
+name the functions (:class:`LossFunctions`) computing the exact and the sampled losses: for the
+plain dot product and for a head that transforms the scores or has several queries.
 """
 
 from __future__ import annotations
 
-import abc
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
 
+from ..heads import DotHead, Head
 from ..samplers.base import Sampler
-from .full_softmax import full_softmax_loss
-from .sampled_softmax import sampled_softmax_loss
+from .full_softmax import (
+    as_components,
+    full_softmax_loss,
+    head_full_softmax_loss,
+    head_logsumexp,
+    mixture_log_prob,
+)
+from .sampled_softmax import head_sampled_softmax_loss, sampled_softmax_loss
 
 
 class Negatives(NamedTuple):
@@ -69,32 +79,118 @@ def draw_negatives(sampler: Sampler, query: Tensor, positives: Tensor) -> Negati
     return Negatives(ids, log_q, positive_log_q)
 
 
-class CatalogSoftmax(torch.nn.Module, abc.ABC):
-    """Base of the softmax objectives over the catalog, scores ``s(z, v) = z . v`` for
-    ``z = query / temperature``.
+def _balance_log_q(sampler: Sampler, flat_queries: Tensor, ids: Tensor) -> Tensor:
+    """``log((1/K) sum_k q(ids | z_k))`` ``[Q, n]`` for ``flat_queries`` ``[Q*K, D]`` (context
+    major) and ``ids`` ``[Q, n]``."""
+    num_contexts = ids.shape[0]
+    num_components = flat_queries.shape[0] // num_contexts
+    per_component = sampler.log_prob(flat_queries, ids.repeat_interleave(num_components, dim=0))
+    per_component = per_component.view(num_contexts, num_components, -1)
+    return torch.logsumexp(per_component, dim=1) - math.log(num_components)
 
-    :meth:`forward` divides the query by the temperature once, then computes the exact loss
-    (:meth:`exact_loss`) when the sampler is exhaustive, and otherwise draws negatives for the
-    scaled query (:func:`draw_negatives`) and computes the sampled loss (:meth:`sampled_loss`).
-    Only the :class:`~recsys_midx.samplers.Sampler` protocol is used.
+
+@torch.no_grad()
+def draw_mixture_negatives(sampler: Sampler, queries: Tensor, positives: Tensor) -> Negatives:
+    """Negatives shared by the ``K`` component queries of each context, with their ``log q``.
+
+    Each component query ``z_k`` draws ``ceil(M / K)`` ids from ``q(. | z_k)`` (one call of the
+    sampler on the ``[Q*K, D]`` queries), so every component contributes negatives near its own
+    mode; the ``K * ceil(M / K)`` ids of a context are pooled. A pool drawn in fixed shares from
+    several proposals is, for importance weighting, a draw from their equal-weight mixture (the
+    balance heuristic of multiple importance sampling, Veach & Guibas 1995): with
+    ``log q(i) = log((1/K) sum_k q(i | z_k))`` the logQ-corrected sum over the pool estimates
+    every component's normaliser without bias. That ``log q`` is what the negatives and the
+    positives get, the same for all components. The prior is not used: fixed shares keep the
+    draw cheap and deterministic in size, and a component with a small prior weight still gets
+    a fair estimate of its own normaliser.
+
+    Args:
+        sampler: a non-exhaustive sampler.
+        queries: ``[Q, K, D]`` scaled component queries.
+        positives: ``[Q]`` target ids in ``1..N``, or ``[Q, P]`` positive ids padded with ``0``.
+
+    Returns:
+        ``ids`` ``[Q, K * ceil(M / K)]``, their ``log q`` and the positives' ``log q``
+        (``-inf`` at padding).
+
+    Example:
+        >>> from recsys_midx.samplers import UniformSampler
+        >>> drawn = draw_mixture_negatives(UniformSampler(100, 8), torch.randn(2, 3, 16),
+        ...                                torch.tensor([4, 7]))
+        >>> drawn.ids.shape, round(drawn.log_q[0, 0].exp().item() * 100, 4)
+        (torch.Size([2, 9]), 1.0)
+    """
+    num_contexts, num_components, dim = queries.shape
+    flat = queries.detach().float().reshape(num_contexts * num_components, dim)
+    sampler.observe_targets(positives if positives.dim() == 1 else positives[positives > 0])
+    share = -(-sampler.num_negatives // num_components)
+    ids, _ = sampler.sample(flat, share)
+    ids = ids.reshape(num_contexts, num_components * share)
+    as_rows = positives.reshape(num_contexts, -1)
+    positive_log_q = _balance_log_q(sampler, flat, as_rows).view(positives.shape)
+    return Negatives(ids, _balance_log_q(sampler, flat, ids), positive_log_q)
+
+
+class LossFunctions(NamedTuple):
+    """The four per-positive loss functions of an objective (each returns one loss per positive).
+
+    Attributes:
+        exact: ``(query, item_emb, targets, chunk_size)``, plain dot-product exact loss.
+        sampled: ``(query, item_emb, targets, neg_ids, neg_log_q, pos_log_q)``.
+        head_exact: ``(queries, log_prior, item_emb, targets, transform, chunk_size)``.
+        head_sampled: ``(queries, log_prior, item_emb, targets, neg_ids, neg_log_q, pos_log_q,
+            transform)``.
+    """
+
+    exact: Callable[..., Tensor]
+    sampled: Callable[..., Tensor]
+    head_exact: Callable[..., Tensor]
+    head_sampled: Callable[..., Tensor]
+
+
+class CatalogSoftmax(torch.nn.Module):
+    """Base of the softmax objectives over the catalog, scores ``s(z, v) = z . v`` for
+    ``z = query / temperature``, deformed by an output head.
+
+    :meth:`forward` passes the query through the head (:meth:`~recsys_midx.heads.Head.queries`:
+    one query or ``K`` component queries and a prior), divides by the temperature once, then
+    computes the exact loss when the sampler is exhaustive, and otherwise draws negatives for the
+    scaled queries (:func:`draw_negatives`; :func:`draw_mixture_negatives` for several queries)
+    and computes the sampled loss. The head's pointwise transform applies to the scaled scores,
+    before the logQ correction. With a single query and no transform
+    (:class:`~recsys_midx.heads.DotHead`, :class:`~recsys_midx.heads.MoEHead`) the plain
+    :meth:`exact_loss` / :meth:`sampled_loss` run; otherwise :meth:`head_exact_loss` /
+    :meth:`head_sampled_loss`.
+    Only the :class:`~recsys_midx.samplers.Sampler` protocol is used. A subclass says how the
+    targets are read by naming its :class:`LossFunctions` (``functions``).
 
     Args:
         temperature: divides the query once; scores become ``query . v / temperature``.
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
+        head: the output head (its parameters are the objective's); ``None`` is the plain
+            dot product (:class:`~recsys_midx.heads.DotHead`).
 
     Raises:
         ValueError: if ``temperature`` is not finite and positive or ``chunk_size < 1``.
+        TypeError: if ``head`` is not a :class:`~recsys_midx.heads.Head`.
     """
 
-    def __init__(self, temperature: float = 1.0, chunk_size: int = 32768) -> None:
+    functions: ClassVar[LossFunctions]
+
+    def __init__(
+        self, temperature: float = 1.0, chunk_size: int = 32768, head: Head | None = None
+    ) -> None:
         super().__init__()
         if not (math.isfinite(temperature) and temperature > 0):
             raise ValueError(f"temperature must be finite and > 0, got {temperature}")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        if head is not None and not isinstance(head, Head):
+            raise TypeError(f"head must be a recsys_midx.heads.Head, got {type(head).__name__}")
         self.temperature = float(temperature)
         self.chunk_size = int(chunk_size)
+        self.head = DotHead() if head is None else head
 
     def forward(self, query: Tensor, targets: Tensor, item_emb: Tensor, sampler: Sampler) -> Tensor:
         """Scalar loss of a batch.
@@ -109,20 +205,126 @@ class CatalogSoftmax(torch.nn.Module, abc.ABC):
         Returns:
             Scalar loss.
         """
-        z = query / self.temperature
+        queries, log_prior = self.head.queries(query)
+        z = queries / self.temperature
+        plain = z.dim() == 2 and not self.head.transforms_logits
         if sampler.exhaustive:
-            return self.exact_loss(z, targets, item_emb)
-        return self.sampled_loss(z, targets, item_emb, draw_negatives(sampler, z, targets))
+            if plain:
+                return self.exact_loss(z, targets, item_emb)
+            return self.head_exact_loss(z, log_prior, targets, item_emb)
+        draw = draw_negatives if z.dim() == 2 else draw_mixture_negatives
+        negatives = draw(sampler, z, targets)
+        if plain:
+            return self.sampled_loss(z, targets, item_emb, negatives)
+        return self.head_sampled_loss(z, log_prior, targets, item_emb, negatives)
 
-    @abc.abstractmethod
     def exact_loss(self, query: Tensor, targets: Tensor, item_emb: Tensor) -> Tensor:
-        """Scalar loss of the exact softmax over items ``1..N`` for scaled queries."""
+        """Mean exact cross-entropy of the plain dot-product softmax for scaled queries."""
+        return self.functions.exact(query, item_emb, targets, self.chunk_size).mean()
 
-    @abc.abstractmethod
     def sampled_loss(
         self, query: Tensor, targets: Tensor, item_emb: Tensor, negatives: Negatives
     ) -> Tensor:
-        """Scalar logQ-corrected sampled-softmax loss for scaled queries and drawn negatives."""
+        """Mean logQ-corrected sampled cross-entropy for scaled queries and drawn negatives."""
+        return self.functions.sampled(
+            query, item_emb, targets, negatives.ids, negatives.log_q, negatives.positive_log_q
+        ).mean()
+
+    def head_exact_loss(
+        self, queries: Tensor, log_prior: Tensor | None, targets: Tensor, item_emb: Tensor
+    ) -> Tensor:
+        """Mean exact cross-entropy of the head's model for scaled queries ``[Q, D]`` or
+        ``[Q, K, D]``."""
+        return self.functions.head_exact(
+            queries, log_prior, item_emb, targets, self.head.transform, self.chunk_size
+        ).mean()
+
+    def head_sampled_loss(
+        self,
+        queries: Tensor,
+        log_prior: Tensor | None,
+        targets: Tensor,
+        item_emb: Tensor,
+        negatives: Negatives,
+    ) -> Tensor:
+        """Mean sampled cross-entropy of the head's model for scaled queries and drawn
+        negatives."""
+        return self.functions.head_sampled(
+            queries, log_prior, item_emb, targets, negatives.ids, negatives.log_q,
+            negatives.positive_log_q, self.head.transform,
+        ).mean()
+
+    def sampler_queries(self, query: Tensor) -> Tensor:
+        """The scaled queries a sampler sees for contexts ``query`` ``[Q, D]``: ``[Q, D]``, or
+        ``[Q*K, D]`` (context major) for a head with ``K`` queries per context."""
+        queries, _ = self.head.queries(query)
+        return queries.reshape(-1, queries.shape[-1]) / self.temperature
+
+    @torch.no_grad()
+    def ranking_queries(
+        self, query: Tensor, item_emb: Tensor, chunk_size: int | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Queries whose scores rank the catalog as the model's probabilities do, for evaluation.
+
+        A single query ranks items by its dot product whatever the temperature and whatever
+        increasing transform the head applies (sigsoftmax, PLIF), so it is returned as is (for
+        the plain dot product, ``query`` itself). A mixture of softmaxes ranks by
+        ``log p(i) = logsumexp_k(log pi_k - lse_k + z_k . v_i)``: its scaled component queries are
+        returned with log-weights ``log pi_k - lse_k``, the component normalisers computed over
+        the whole catalog in chunks. :func:`~recsys_midx.metrics.target_ranks` and
+        :func:`~recsys_midx.metrics.top_labels` take both.
+
+        Args:
+            query: ``[B, D]`` encoder outputs (before the temperature).
+            item_emb: ``[N+1, D]`` item table, row 0 padding.
+            chunk_size: items scored at once for the normalisers (default: the loss's).
+
+        Returns:
+            ``(queries, None)`` with ``queries`` ``[B, D]``, or ``[B, K, D]`` queries and
+            ``[B, K]`` log-weights.
+
+        Raises:
+            NotImplementedError: for a head with several queries that also transforms scores.
+        """
+        queries, log_prior = self.head.queries(query)
+        if queries.dim() == 2:
+            return queries, None
+        if self.head.transforms_logits:
+            # Mixture scores are log-sum-exps of dot products: a transform would not fit them.
+            raise NotImplementedError(
+                f"{self.head} both transforms scores and has several queries per context"
+            )
+        z = queries.float() / self.temperature
+        lse = head_logsumexp(z, item_emb, self.head.transform, chunk_size or self.chunk_size)
+        return z, log_prior.float() - lse
+
+    def log_probs(self, query: Tensor, item_emb: Tensor, ids: Tensor) -> Tensor:
+        """Exact ``log p(ids | context)`` of the model, normalised over the whole catalog.
+
+        Differentiable (the normalisers are chunked and checkpointed); used by the
+        softmax-bottleneck diagnostics (:mod:`recsys_midx.analysis`).
+
+        Args:
+            query: ``[Q, D]`` encoder outputs (before the temperature).
+            item_emb: ``[N+1, D]`` item table, row 0 padding.
+            ids: ``[m]`` item ids in ``1..N``, the same for every context.
+
+        Returns:
+            ``[Q, m]`` log-probabilities (at least float32).
+
+        Example:
+            >>> loss_fn, item_emb = SoftmaxLoss(), torch.randn(11, 4)
+            >>> log_p = loss_fn.log_probs(torch.randn(2, 4), item_emb, torch.arange(1, 11))
+            >>> torch.allclose(log_p.exp().sum(1), torch.ones(2))
+            True
+        """
+        queries, log_prior = self.head.queries(query)
+        z = as_components(queries / self.temperature)
+        lse = head_logsumexp(z, item_emb, self.head.transform, self.chunk_size)  # [Q, K]
+        items = item_emb[ids].to(device=z.device, dtype=lse.dtype)
+        scores = self.head.transform((z.to(lse.dtype) @ items.T).to(lse.dtype))  # [Q, K, m]
+        log_p = (scores - lse[..., None]).transpose(1, 2)  # [Q, m, K]
+        return mixture_log_prob(log_p, None if log_prior is None else log_prior[:, None])
 
     def extra_repr(self) -> str:
         return f"temperature={self.temperature}, chunk_size={self.chunk_size}"
@@ -142,6 +344,7 @@ class SoftmaxLoss(CatalogSoftmax):
         temperature: divides the query once; scores become ``query . v / temperature``.
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
+        head: the output head (:mod:`recsys_midx.heads`); ``None`` is the plain dot product.
 
     Raises:
         ValueError: if ``temperature`` is not finite and positive or ``chunk_size < 1``; on
@@ -157,14 +360,9 @@ class SoftmaxLoss(CatalogSoftmax):
         >>> loss.backward()
     """
 
-    def exact_loss(self, query: Tensor, targets: Tensor, item_emb: Tensor) -> Tensor:
-        """Mean exact cross-entropy; ``targets`` are ``[Q]`` ids in ``1..N``."""
-        return full_softmax_loss(query, item_emb, targets, self.chunk_size).mean()
-
-    def sampled_loss(
-        self, query: Tensor, targets: Tensor, item_emb: Tensor, negatives: Negatives
-    ) -> Tensor:
-        """Mean sampled-softmax cross-entropy; ``targets`` are ``[Q]`` target ids."""
-        return sampled_softmax_loss(
-            query, item_emb, targets, negatives.ids, negatives.log_q, negatives.positive_log_q
-        ).mean()
+    functions = LossFunctions(
+        exact=full_softmax_loss,
+        sampled=sampled_softmax_loss,
+        head_exact=head_full_softmax_loss,
+        head_sampled=head_sampled_softmax_loss,
+    )

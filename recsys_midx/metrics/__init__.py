@@ -1,7 +1,13 @@
 """Evaluation metrics: full-catalog ranking of held-out targets (HR, NDCG, MRR) and extreme
 multi-label classification metrics (P@k, nDCG@k, PSP@k)."""
 
-from recsys_midx.metrics.ranking import RankingMetrics, metric_names, ranking_metrics, target_ranks
+from recsys_midx.metrics.ranking import (
+    RankingMetrics,
+    catalog_scores,
+    metric_names,
+    ranking_metrics,
+    target_ranks,
+)
 from recsys_midx.metrics.xc import (
     XCMetrics,
     inverse_propensities,
@@ -13,6 +19,7 @@ from recsys_midx.metrics.xc import (
 __all__ = [
     "RankingMetrics",
     "XCMetrics",
+    "catalog_scores",
     "inverse_propensities",
     "metric_names",
     "ranking_metrics",

@@ -24,7 +24,14 @@ import torch
 import torchmetrics
 from torch import Tensor
 
-__all__ = ["RankingMetrics", "metric_names", "ranking_metrics", "target_ranks"]
+__all__ = [
+    "RankingMetrics",
+    "catalog_scores",
+    "check_mixture",
+    "metric_names",
+    "ranking_metrics",
+    "target_ranks",
+]
 
 #: Metrics computed at every cut-off ``k``, in the order they appear in results.
 _METRICS: tuple[str, ...] = ("hr", "ndcg", "mrr")
@@ -80,6 +87,49 @@ def _removal_lists(targets: Tensor, exclude: Tensor | None) -> tuple[Tensor, Ten
     return ids, keep
 
 
+def catalog_scores(query: Tensor, vectors: Tensor, log_weights: Tensor | None = None) -> Tensor:
+    """Scores ``[B, C]`` of item vectors ``[C, D]`` for one query or a mixture of queries each.
+
+    One query per row (``query`` ``[B, D]``, ``log_weights`` ``None``) scores ``query . v``.
+    ``K`` queries per row (``[B, K, D]`` with ``log_weights`` ``[B, K]``) score
+    ``logsumexp_k(log_weights_k + query_k . v)``, the log-probability of a mixture of softmaxes
+    when the weights hold ``log pi_k`` minus each component's normaliser
+    (:meth:`~recsys_midx.losses.CatalogSoftmax.ranking_queries`).
+
+    Args:
+        query: ``[B, D]`` or ``[B, K, D]`` queries.
+        vectors: ``[C, D]`` item vectors, on the device and in the dtype of ``query``.
+        log_weights: ``[B, K]`` for ``[B, K, D]`` queries, else ``None``.
+
+    Returns:
+        ``[B, C]`` scores.
+
+    Example:
+        >>> query, vectors = torch.randn(2, 3, 4), torch.randn(5, 4)
+        >>> weights = torch.zeros(2, 3)
+        >>> torch.allclose(catalog_scores(query, vectors, weights),
+        ...                torch.logsumexp(query @ vectors.T, dim=1))
+        True
+    """
+    if log_weights is None:
+        return query @ vectors.T
+    return torch.logsumexp(query @ vectors.T + log_weights[..., None].to(query.dtype), dim=1)
+
+
+def check_mixture(query: Tensor, log_weights: Tensor | None) -> None:
+    """Raise ``ValueError`` unless ``query`` is ``[B, D]`` without weights or ``[B, K, D]`` with
+    ``[B, K]`` weights."""
+    expected = 2 if log_weights is None else 3
+    if query.dim() != expected or (
+        log_weights is not None and tuple(log_weights.shape) != tuple(query.shape[:2])
+    ):
+        raise ValueError(
+            f"expected query [B, D] without log_weights or [B, K, D] with log_weights [B, K], "
+            f"got {tuple(query.shape)} and "
+            f"{None if log_weights is None else tuple(log_weights.shape)}"
+        )
+
+
 @torch.no_grad()
 def target_ranks(
     query: Tensor,
@@ -87,6 +137,7 @@ def target_ranks(
     targets: Tensor,
     exclude: Tensor | None = None,
     chunk_size: int = 65536,
+    log_weights: Tensor | None = None,
 ) -> Tensor:
     """0-based full-catalog rank of each query's target, with the user's history excluded.
 
@@ -110,7 +161,10 @@ def target_ranks(
         exclude: optional ``[B, H]`` integer ids in ``0..N`` removed from the ranking (the user's
             history), 0-padded. Repeats count once; an entry equal to the target is ignored, so
             the target is always ranked.
-        chunk_size: items scored at a time; extra memory is ``O(B * (chunk_size + B))``.
+        chunk_size: items scored at a time; extra memory is ``O(B * (chunk_size + B))``
+            (``K`` times that for a mixture).
+        log_weights: ``[B, K]`` mixture log-weights when ``query`` holds ``K`` queries per row
+            ``[B, K, D]``; items are then scored by :func:`catalog_scores`.
 
     Returns:
         ``[B]`` int64 ranks on the device of ``query``: the number of competing items, neither
@@ -130,7 +184,8 @@ def target_ranks(
         >>> target_ranks(query, item_emb, torch.tensor([1, 1]), exclude=torch.tensor([[2], [0]]))
         tensor([1, 2])
     """
-    if query.dim() != 2 or item_emb.dim() != 2 or query.shape[1] != item_emb.shape[1]:
+    check_mixture(query, log_weights)
+    if item_emb.dim() != 2 or query.shape[-1] != item_emb.shape[1]:
         raise ValueError(
             f"expected query [B, D] and item_emb [N+1, D], got {tuple(query.shape)} and "
             f"{tuple(item_emb.shape)}"
@@ -171,7 +226,8 @@ def target_ranks(
         last = min(first + chunk_size, num_items + 1)
         width = last - first
         vectors = torch.cat((item_emb[first:last], target_vecs))
-        scores = query @ vectors.to(device=device, dtype=torch.float32).T  # [B, width + B]
+        vectors = vectors.to(device=device, dtype=torch.float32)
+        scores = catalog_scores(query, vectors, log_weights)  # [B, width + B]
         target_score = scores[diagonal, width + diagonal].unsqueeze(1)
         scores = scores[:, :width]
         # int32 partial sums (exact below 2**31 items per chunk) make the bool reduction faster.

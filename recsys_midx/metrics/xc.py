@@ -28,6 +28,8 @@ import torch
 import torchmetrics
 from torch import Tensor
 
+from .ranking import check_mixture, catalog_scores
+
 __all__ = ["XCMetrics", "inverse_propensities", "top_labels", "xc_metric_names", "xc_metrics"]
 
 #: Metrics computed at every cut-off ``k``, in the order they appear in results.
@@ -102,7 +104,11 @@ def inverse_propensities(
 
 @torch.no_grad()
 def top_labels(
-    query: Tensor, item_emb: Tensor, k: int, chunk_size: int = 65536
+    query: Tensor,
+    item_emb: Tensor,
+    k: int,
+    chunk_size: int = 65536,
+    log_weights: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The ``k`` best-scoring labels of each query over labels ``1..L``, scored in chunks.
 
@@ -115,6 +121,9 @@ def top_labels(
         item_emb: ``[L+1, D]`` label table; row 0 is padding and never returned.
         k: labels returned per query, ``1 <= k <= L``.
         chunk_size: labels scored at a time.
+        log_weights: ``[B, K]`` mixture log-weights when ``query`` holds ``K`` queries per row
+            ``[B, K, D]``; labels are then scored by
+            :func:`~recsys_midx.metrics.ranking.catalog_scores`.
 
     Returns:
         ``scores`` ``[B, k]`` (float32, descending) and ``ids`` ``[B, k]`` (int64, in ``1..L``).
@@ -128,7 +137,8 @@ def top_labels(
         tensor([[2, 3],
                 [1, 3]])
     """
-    if query.dim() != 2 or item_emb.dim() != 2 or query.shape[1] != item_emb.shape[1]:
+    check_mixture(query, log_weights)
+    if item_emb.dim() != 2 or query.shape[-1] != item_emb.shape[1]:
         raise ValueError(
             f"expected query [B, D] and item_emb [L+1, D], got {tuple(query.shape)} and "
             f"{tuple(item_emb.shape)}"
@@ -144,7 +154,7 @@ def top_labels(
     best_ids = torch.zeros((query.shape[0], 0), dtype=torch.long, device=device)
     for first in range(1, num_labels + 1, chunk_size):
         chunk = item_emb[first : first + chunk_size].to(device=device, dtype=torch.float32)
-        scores = (query @ chunk.T).nan_to_num_(nan=float("-inf"))
+        scores = catalog_scores(query, chunk, log_weights).nan_to_num_(nan=float("-inf"))
         chunk_scores, chunk_ids = scores.topk(min(k, scores.shape[1]), dim=1)
         merged_scores = torch.cat((best_scores, chunk_scores), dim=1)
         merged_ids = torch.cat((best_ids, chunk_ids + first), dim=1)

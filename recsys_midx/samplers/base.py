@@ -8,6 +8,8 @@ uses for the logQ correction. Item ids are ``1..N``; id ``0`` is padding and is 
 from __future__ import annotations
 
 import abc
+import contextlib
+import math
 from typing import ClassVar
 
 import torch
@@ -82,6 +84,23 @@ class Sampler(torch.nn.Module, abc.ABC):
         return f"num_items={self.num_items}, num_negatives={self.num_negatives}"
 
 
+def full_precision(device: torch.device) -> contextlib.AbstractContextManager[None]:
+    """A context without autocast on ``device``, for sampler arithmetic.
+
+    Inside a bf16/fp16 autocast region (mixed-precision training) matrix products run in half
+    precision even on float32 inputs; a proposal scored that way is no longer normalised (its
+    ``log q`` was off by several nats at query and item norms of 1e3), which biases the logQ
+    correction. Samplers therefore compute their scores in float32 within this context.
+
+    Args:
+        device: the device the computation runs on.
+
+    Returns:
+        The context manager.
+    """
+    return torch.autocast(device.type, enabled=False)
+
+
 # Input checks shared by the samplers, so that every sampler reports malformed input alike.
 
 
@@ -97,6 +116,38 @@ def check_num_samples(num_samples: int) -> None:
     """Raise ``ValueError`` unless ``num_samples`` is a positive integer."""
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+
+
+#: Largest item norm a sampler builds from: k-means squares distances of up to twice it in
+#: float32, and faiss aborts the whole process on the resulting inf/NaN assignments.
+MAX_ITEM_NORM = math.sqrt(torch.finfo(torch.float32).max) / 2
+
+
+def check_item_table(item_emb: Tensor, num_items: int) -> None:
+    """Check an item table given to :meth:`Sampler.update` by a sampler built from its values.
+
+    A table with NaN or infinite entries, or norms beyond :data:`MAX_ITEM_NORM` (about 9e18),
+    comes from a diverged model; a proposal built from it would give NaN probabilities (or
+    crash faiss), so the build is refused instead.
+
+    Raises:
+        ValueError: unless ``item_emb`` is a ``[N+1, D]`` tensor (``N = num_items``) whose real
+            rows ``1..N`` are finite with norms below :data:`MAX_ITEM_NORM` (row 0, padding, is
+            not used).
+    """
+    if item_emb.dim() != 2 or item_emb.shape[0] != num_items + 1:
+        raise ValueError(
+            f"item_emb must be [N+1, D] = [{num_items + 1}, D], got {tuple(item_emb.shape)}"
+        )
+    norms = torch.linalg.vector_norm(item_emb[1:].float(), dim=1)
+    bad_rows = ~(norms < MAX_ITEM_NORM)  # NaN compares false: caught too
+    if bool(bad_rows.any()):
+        first = int(bad_rows.nonzero()[0, 0]) + 1
+        raise ValueError(
+            f"item_emb has {int(bad_rows.sum())} item rows with NaN or infinite values or norms "
+            f"above {MAX_ITEM_NORM:.1e} (first: item {first}, norm {float(norms[first - 1]):.3g}); "
+            "the model has diverged, so no proposal is built from it"
+        )
 
 
 def check_ids(query: Tensor, ids: Tensor, num_items: int) -> None:

@@ -42,7 +42,14 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-from recsys_midx.samplers.base import Sampler, check_ids, check_num_samples, check_query
+from recsys_midx.samplers.base import (
+    Sampler,
+    check_ids,
+    check_item_table,
+    check_num_samples,
+    check_query,
+    full_precision,
+)
 from recsys_midx.samplers.codebooks import Codebooks, IndexModule, make_codebooks
 from recsys_midx.samplers.popularity import popularity_weights
 
@@ -418,16 +425,14 @@ class MIDXSampler(Sampler, IndexModule):
                 the last ones given); ignored by the other stages.
 
         Raises:
-            ValueError: if the table is not ``[N+1, D]``, ``D`` does not suit the quantiser, or
-                the popularity stage has never been given counts.
+            ValueError: if the table is not ``[N+1, D]``, has NaN or infinite entries (see
+                :func:`~recsys_midx.samplers.base.check_item_table`), ``D`` does not suit the
+                quantiser, or the popularity stage has never been given counts.
         """
-        if item_emb.dim() != 2 or item_emb.shape[0] != self.num_items + 1:
-            raise ValueError(
-                f"item_emb must be [N+1, D] = [{self.num_items + 1}, D], "
-                f"got {tuple(item_emb.shape)}"
-            )
+        check_item_table(item_emb, self.num_items)
         item_emb = item_emb.detach()
-        codes = self.codebooks.fit(item_emb[1:])
+        with full_precision(item_emb.device):
+            codes = self.codebooks.fit(item_emb[1:])
         keys = self._cell_keys(codes)
         positions = torch.argsort(keys, stable=True)
         sorted_keys = keys[positions]
@@ -472,22 +477,23 @@ class MIDXSampler(Sampler, IndexModule):
         query = self._checked_query(query)
         ids = torch.empty(query.shape[0], num_samples, dtype=torch.long, device=query.device)
         log_q = torch.empty(query.shape[0], num_samples, device=query.device)
-        for rows, z in self._chunks(query):
-            scores, state, table = self._cell_table(z)
-            peak = table.amax(1, keepdim=True)
-            cdf = table.sub_(peak).exp_().cumsum_(1)
-            total = cdf[:, -1:]
-            u = torch.rand(z.shape[0], num_samples, device=z.device, generator=generator)
-            # (1 - u) * total is in (0, total]: the first cell whose CDF reaches it has positive
-            # mass, so empty (zero-mass) cells are never chosen.
-            cells = torch.searchsorted(cdf, (1.0 - u).mul_(total))
-            positions = self.stage.draw(state, cells, self.cell_offsets, generator)
-            chunk_ids = self.order[positions.clamp_(0, self.num_items - 1)]
-            ids[rows] = chunk_ids
-            # The drawn items' codes are their cells' codes: a lookup in the small cell table.
-            log_q[rows] = self._log_q(
-                scores, state, peak + total.log(), chunk_ids, self.cell_codes[cells]
-            )
+        with full_precision(query.device):
+            for rows, z in self._chunks(query):
+                scores, state, table = self._cell_table(z)
+                peak = table.amax(1, keepdim=True)
+                cdf = table.sub_(peak).exp_().cumsum_(1)
+                total = cdf[:, -1:]
+                u = torch.rand(z.shape[0], num_samples, device=z.device, generator=generator)
+                # (1 - u) * total is in (0, total]: the first cell whose CDF reaches it has positive
+                # mass, so empty (zero-mass) cells are never chosen.
+                cells = torch.searchsorted(cdf, (1.0 - u).mul_(total))
+                positions = self.stage.draw(state, cells, self.cell_offsets, generator)
+                chunk_ids = self.order[positions.clamp_(0, self.num_items - 1)]
+                ids[rows] = chunk_ids
+                # The drawn items' codes are their cells' codes: a lookup in the small cell table.
+                log_q[rows] = self._log_q(
+                    scores, state, peak + total.log(), chunk_ids, self.cell_codes[cells]
+                )
         return ids, log_q
 
     @torch.no_grad()
@@ -510,14 +516,15 @@ class MIDXSampler(Sampler, IndexModule):
         check_ids(query, ids, self.num_items)
         flat = ids.reshape(ids.shape[0], -1).long()
         out = torch.empty(flat.shape, device=query.device)
-        for rows, z in self._chunks(query):
-            scores, state, table = self._cell_table(z)
-            chunk_ids = flat[rows]
-            # id 0 has no codes; any row will do, since _log_q masks it.
-            codes = self.codebooks.codes[(chunk_ids - 1).clamp_min(0)]
-            out[rows] = self._log_q(
-                scores, state, table.logsumexp(1, keepdim=True), chunk_ids, codes
-            )
+        with full_precision(query.device):
+            for rows, z in self._chunks(query):
+                scores, state, table = self._cell_table(z)
+                chunk_ids = flat[rows]
+                # id 0 has no codes; any row will do, since _log_q masks it.
+                codes = self.codebooks.codes[(chunk_ids - 1).clamp_min(0)]
+                out[rows] = self._log_q(
+                    scores, state, table.logsumexp(1, keepdim=True), chunk_ids, codes
+                )
         return out.view(ids.shape)
 
     def extra_repr(self) -> str:

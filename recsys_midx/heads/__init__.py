@@ -1,0 +1,19 @@
+"""Output heads: logit transforms and multi-query heads between the query and the softmax."""
+
+from .base import Head, optimizer_param_groups
+from .dot import DotHead
+from .moe import MoEHead
+from .mos import MoSHead
+from .plif import PLIFFunction, PLIFHead
+from .sigsoftmax import SigSoftmaxHead
+
+__all__ = [
+    "DotHead",
+    "Head",
+    "MoEHead",
+    "MoSHead",
+    "PLIFFunction",
+    "PLIFHead",
+    "SigSoftmaxHead",
+    "optimizer_param_groups",
+]

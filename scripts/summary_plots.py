@@ -1,0 +1,154 @@
+"""Plots of a sweep, drawn from the runs table of ``summarize.py`` and each run's ``epochs.csv``.
+
+Three PNG files, one panel per (dataset, model):
+
+* ``test_ndcg.png``: test NDCG@10 per sampler, mean over seeds with a one-standard-deviation bar;
+* ``val_ndcg_vs_time.png``: validation NDCG@10 of every run against the cumulative wall-clock
+  seconds of its epochs (training plus validation, from ``epochs.csv``), one colour per sampler;
+* ``epoch_time.png``: training and validation seconds per epoch per sampler (stacked bars of the
+  means over seeds, with a standard-deviation bar on the total).
+
+Example:
+    >>> runs = summarize.load_runs([Path("multirun/2026-11-22/10-00-00")])
+    >>> plot_all(runs, Path("docs/results/ml-100k"))["test_ndcg"]
+    PosixPath('docs/results/ml-100k/test_ndcg.png')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display is needed or wanted
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+PANEL = ["dataset", "model"]
+_METRIC = "ndcg@10"
+
+
+def plot_all(runs: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
+    """Draw the three plots of the module docstring into ``out_dir``.
+
+    Args:
+        runs: one row per run, as returned by ``summarize.load_runs`` (columns ``dataset``,
+            ``model``, ``sampler``, ``seed``, ``test/ndcg@10``, ``path``...).
+        out_dir: an existing folder.
+
+    Returns:
+        ``{"test_ndcg": PATH, "val_ndcg_vs_time": PATH, "epoch_time": PATH}``.
+    """
+    runs = runs.assign(label=[_label(row) for _, row in runs.iterrows()])
+    epochs = _epoch_rows(runs)
+    plots: dict[str, tuple[Callable[[Axes, pd.DataFrame], None], pd.DataFrame, str]] = {
+        "test_ndcg": (_test_bars, runs, "Test NDCG@10 per sampler (mean ± std over seeds)"),
+        "val_ndcg_vs_time": (_val_curves, epochs, "Validation NDCG@10 against training time"),
+        "epoch_time": (_epoch_bars, epochs, "Seconds per epoch (mean ± std over seeds)"),
+    }
+    written = {}
+    for name, (draw, frame, title) in plots.items():
+        figure = _panels(frame, draw, title)
+        written[name] = out_dir / f"{name}.png"
+        figure.savefig(written[name], dpi=110, bbox_inches="tight")
+        plt.close(figure)
+    return written
+
+
+def _label(row: pd.Series) -> str:
+    """The sampler, with its negatives when it samples (``uniform (M=32)``)."""
+    negatives = row.get("negatives")
+    if negatives is None or pd.isna(negatives):
+        return row["sampler"]
+    return f"{row['sampler']} (M={int(negatives)})"
+
+
+def _epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every run's ``epochs.csv`` rows with its panel keys, label, seed and cumulative seconds.
+
+    A run without ``epochs.csv`` contributes nothing (its results still enter the table).
+    """
+    frames = []
+    for _, run in runs.iterrows():
+        path = Path(run["path"]) / "epochs.csv"
+        if not path.exists():
+            continue
+        epochs = pd.read_csv(path)
+        epochs["elapsed"] = (epochs["train_seconds"] + epochs["val_seconds"]).cumsum()
+        for key in [*PANEL, "label", "seed", "path"]:
+            epochs[key] = run[key]
+        frames.append(epochs)
+    columns = [*PANEL, "label", "seed", "path", "epoch", "elapsed", "train_seconds",
+               "val_seconds", f"val/{_METRIC}"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def _panels(
+    frame: pd.DataFrame, draw: Callable[[Axes, pd.DataFrame], None], title: str
+) -> Figure:
+    """One subplot per (dataset, model) of ``frame``, each drawn by ``draw``."""
+    groups = list(frame.groupby(PANEL, sort=True)) if len(frame) else []
+    figure, axes = plt.subplots(
+        1, max(len(groups), 1), figsize=(6.5 * max(len(groups), 1), 4.5), squeeze=False
+    )
+    for ax, ((dataset, model), panel) in zip(axes[0], groups):
+        draw(ax, panel)
+        ax.set_title(f"{dataset}, {model}")
+        ax.grid(alpha=0.3)
+    if not groups:
+        axes[0, 0].text(0.5, 0.5, "no data", ha="center", va="center")
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def _test_bars(ax: Axes, runs: pd.DataFrame) -> None:
+    stats = runs.groupby("label")[f"test/{_METRIC}"].agg(["mean", "std", "size"])
+    ax.bar(stats.index, stats["mean"], yerr=stats["std"].fillna(0.0), capsize=4,
+           color=[_colour(label) for label in stats.index])
+    for x, (_, row) in enumerate(stats.iterrows()):
+        ax.annotate(f"{row['mean']:.4f}\n({int(row['size'])} seeds)", (x, row["mean"]),
+                    textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+    # Headroom above the tallest error bar for the value labels.
+    ax.set_ylim(0, float((stats["mean"] + stats["std"].fillna(0.0)).max()) * 1.25)
+    ax.set_ylabel("test NDCG@10 (best checkpoint)")
+    ax.set_xlabel("sampler")
+    ax.tick_params(axis="x", labelrotation=20)
+
+
+def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
+    seen: set[str] = set()
+    for (label, _), run in epochs.groupby(["label", "path"], sort=True):
+        ax.plot(run["elapsed"], run[f"val/{_METRIC}"], marker="o", markersize=3,
+                color=_colour(label), label=None if label in seen else label)
+        seen.add(label)
+    ax.set_xlabel("wall-clock seconds (training + validation, cumulative)")
+    ax.set_ylabel("validation NDCG@10")
+    ax.legend(title="sampler (one line per seed)", fontsize=8)
+
+
+def _epoch_bars(ax: Axes, epochs: pd.DataFrame) -> None:
+    per_run = epochs.groupby(["label", "path"])[["train_seconds", "val_seconds"]].mean()
+    per_run["total"] = per_run.sum(axis=1)
+    stats = per_run.groupby("label").agg(["mean", "std"])
+    labels = list(stats.index)
+    train, val = stats[("train_seconds", "mean")], stats[("val_seconds", "mean")]
+    ax.bar(labels, train, color=[_colour(label) for label in labels],
+           label="training (sampler colour)")
+    ax.bar(labels, val, bottom=train, color="lightgrey", label="validation",
+           yerr=stats[("total", "std")].fillna(0.0), capsize=4)
+    ax.set_ylabel("seconds per epoch")
+    ax.set_xlabel("sampler")
+    ax.tick_params(axis="x", labelrotation=20)
+    ax.legend(fontsize=8)
+
+
+def _colour(label: str) -> str:
+    """A stable colour per sampler family, so the three plots agree."""
+    palette = {"full": "C0", "uniform": "C1", "popularity": "C2", "midx": "C3", "inbatch": "C4"}
+    family = label.split("[")[0].split(" ")[0]
+    return palette.get(family, "C5")

@@ -1,0 +1,204 @@
+"""Resuming: a run killed mid-epoch and resumed with ``resume=auto`` ends exactly where an
+uninterrupted run ends; the pieces that make it so (replayable training order, random states,
+no checkpoint after an epoch's last batch) each do their part."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from conftest import CONF_DIR, ROOT, TINY_RUN, sampler_overrides
+from recsys_midx.data.resumable import EpochShuffle, ResumableLoader
+from recsys_midx.experiment import build, train
+from recsys_midx.lit.checkpointing import resume_checkpoint
+from recsys_midx.lit.reliability import capture_random_state, restore_random_state
+
+#: 120 users in batches of 32: 4 training batches (steps) per epoch. A checkpoint every step and
+#: MIDX rebuilt every 3 steps, so a resumed run must restore the proposal mid-epoch as well.
+RUN = (
+    *TINY_RUN, *sampler_overrides("midx"), "trainer.max_epochs=2",
+    "callbacks.step_checkpoint.every_n_train_steps=1", "sampler.refresh_every_n_steps=3",
+)
+STEPS_PER_EPOCH = 4
+
+
+def _config(output_dir: Path, data_dir: Path, *overrides: str):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=[
+            f"paths.output_dir={output_dir}", f"paths.data_dir={data_dir}", *RUN, *overrides,
+        ])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The data folder and the results of an uninterrupted run of ``RUN``."""
+    root = tmp_path_factory.mktemp("reference")
+    return root / "data", train(_config(root / "run", root / "data"))
+
+
+def _checkpoint_step(path: Path) -> int:
+    """The global step of a checkpoint, or -1 while there is none."""
+    try:
+        return int(torch.load(path, weights_only=True)["global_step"])
+    except FileNotFoundError:
+        return -1
+
+
+def test_killed_run_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path, reference):
+    data_dir, reference = reference
+
+    # Kill train.py with SIGKILL once a checkpoint inside the second epoch is on disk: the
+    # process is then mid-epoch (or writing the next checkpoint).
+    run_dir = tmp_path / "run"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    errors = tmp_path / "train.err"
+    with errors.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "train.py", *RUN, f"paths.data_dir={data_dir}",
+             f"hydra.run.dir={run_dir}"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr,
+        )
+        deadline = time.monotonic() + 240
+        while _checkpoint_step(last) < STEPS_PER_EPOCH + 1:
+            assert process.poll() is None, f"train.py ended: {errors.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, "no checkpoint inside the second epoch"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    assert not (run_dir / "results.json").exists()
+    killed_at = _checkpoint_step(last)  # loads: the kill never leaves a truncated checkpoint
+    assert STEPS_PER_EPOCH + 1 <= killed_at < 2 * STEPS_PER_EPOCH  # mid-epoch
+
+    resumed = train(_config(run_dir, data_dir, "resume=auto"))
+
+    assert resumed["metrics"] == pytest.approx(reference["metrics"], abs=1e-6, rel=0)
+    assert resumed["best_epoch"] == reference["best_epoch"]
+    assert resumed["epochs_run"] == reference["epochs_run"] == 2
+    saved = json.loads((run_dir / "results.json").read_text())
+    assert saved["metrics"] == pytest.approx(reference["metrics"], abs=1e-6, rel=0)
+    # The interrupted epoch's mean training loss covers its batches before and after the kill.
+    assert _losses(run_dir) == _losses(Path(reference["output_dir"]))
+
+
+def _losses(run_dir: Path) -> list[float]:
+    with (run_dir / "epochs.csv").open() as handle:
+        return [float(row["train/loss"]) for row in csv.DictReader(handle)]
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashInValidation(L.Callback):
+    """Fails at the start of an epoch's validation: after its last batch, before its save."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking and trainer.current_epoch == self.epoch:
+            raise _Crash
+
+
+def test_run_stopped_during_validation_resumes_exactly(tmp_path, reference):
+    data_dir, reference = reference
+    run_dir = tmp_path / "run"
+    experiment = build(_config(run_dir, data_dir))
+    experiment.trainer.callbacks.append(_CrashInValidation(epoch=0))
+    with pytest.raises(_Crash):
+        experiment.trainer.fit(experiment.module, experiment.datamodule)
+    # The step checkpoints skip an epoch's last batch: resuming from one taken after it would
+    # skip that epoch's validation (Lightning resumes at the next epoch).
+    assert _checkpoint_step(run_dir / "checkpoints" / "last.ckpt") == STEPS_PER_EPOCH - 1
+
+    resumed = train(_config(run_dir, data_dir, "resume=auto"))
+    assert resumed["metrics"] == pytest.approx(reference["metrics"], abs=1e-6, rel=0)
+    assert resumed["epochs_run"] == 2
+
+
+def test_resume_auto_without_a_checkpoint_starts_fresh(tmp_path, caplog):
+    config = _config(tmp_path / "run", tmp_path / "data", "trainer.max_epochs=1")
+    experiment = build(config)
+    with caplog.at_level(logging.INFO, logger="recsys_midx.lit.checkpointing"):
+        assert resume_checkpoint("auto", experiment.trainer) is None
+    assert "no last checkpoint" in caplog.text and "starting a fresh run" in caplog.text
+    assert str(tmp_path / "run" / "checkpoints") in caplog.text
+
+
+def test_resume_from_a_path_takes_it_and_names_a_missing_one(tmp_path):
+    trainer = L.Trainer(logger=False)
+    given = tmp_path / "epoch-3.ckpt"
+    given.write_bytes(b"")
+    assert resume_checkpoint(str(given), trainer) == given
+    with pytest.raises(FileNotFoundError, match="resume=.*nope.ckpt: no such checkpoint"):
+        resume_checkpoint(str(tmp_path / "nope.ckpt"), trainer)
+
+
+def test_epoch_order_depends_only_on_seed_and_epoch():
+    sampler = EpochShuffle(range(50), seed=3)
+    orders = []
+    for epoch in (0, 1, 0):
+        sampler.set_epoch(epoch)
+        torch.manual_seed(epoch)  # the global state must not matter
+        orders.append(list(sampler))
+    assert orders[0] == orders[2] != orders[1]
+    assert sorted(orders[1]) == list(range(50))
+    assert list(EpochShuffle(range(50), seed=4)) != orders[0]
+
+
+def test_loader_resumes_mid_epoch_and_starts_the_next_epoch_after_a_full_one():
+    torch.manual_seed(0)
+    loader = ResumableLoader(range(10), batch_size=3, shuffle=True)
+    epochs = []
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+        epochs.append([batch.tolist() for batch in loader])
+
+    torch.manual_seed(0)
+    resumed = ResumableLoader(range(10), batch_size=3, shuffle=True)
+    resumed.load_state_dict({"epoch": 1, "batches_yielded": 2})
+    rest = [batch.tolist() for batch in resumed]
+    assert rest == epochs[1][2:]
+    assert resumed.state_dict() == {"epoch": 1, "batches_yielded": 4}
+
+    complete = ResumableLoader(range(10), batch_size=3, shuffle=True)
+    complete.load_state_dict({"epoch": 0, "batches_yielded": 4})  # nothing to skip
+    assert len([batch for batch in complete]) == 4
+
+
+def test_loader_never_draws_from_the_global_random_state():
+    loader = ResumableLoader(range(10), batch_size=3, shuffle=True, num_workers=0)
+    before = torch.get_rng_state()
+    for _ in loader:
+        pass
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_random_states_round_trip_through_a_weights_only_checkpoint(tmp_path):
+    torch.manual_seed(1)
+    np.random.seed(1)
+    random.seed(1)
+    torch.save(capture_random_state(), tmp_path / "state.pt")
+    expected = (torch.rand(3), np.random.rand(3), random.random())
+    torch.manual_seed(2)
+    np.random.seed(2)
+    random.seed(2)
+    restore_random_state(torch.load(tmp_path / "state.pt", weights_only=True))
+    assert torch.equal(torch.rand(3), expected[0])
+    assert np.array_equal(np.random.rand(3), expected[1])
+    assert random.random() == expected[2]
+

@@ -1,0 +1,89 @@
+"""The sweep summary script: mean ± std per group, and its three plots, on a hand-written tree."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLER_TARGETS = {
+    "full": {"_target_": "recsys_midx.samplers.FullSampler"},
+    "uniform": {"_target_": "recsys_midx.samplers.UniformSampler", "num_negatives": 32},
+}
+#: Test NDCG@10 per (sampler, seed); means 0.2 and 0.1, sample std 0.02 and 0.01.
+NDCG = {("full", 0): 0.18, ("full", 1): 0.20, ("full", 2): 0.22,
+        ("uniform", 0): 0.09, ("uniform", 1): 0.11}
+
+
+def _write_run(folder: Path, sampler: str, seed: int) -> None:
+    """One run as a training run leaves it: results.json and epochs.csv."""
+    folder.mkdir(parents=True)
+    ndcg = NDCG[(sampler, seed)]
+    results = {
+        "config": {"dataset": {"name": "tiny"}, "seed": seed,
+                   "model": {"_target_": "recsys_midx.models.SASRec"},
+                   "sampler": SAMPLER_TARGETS[sampler]},
+        "metrics": {"test/ndcg@10": ndcg, "test/hr@10": 2 * ndcg, "test/mrr@10": ndcg / 2,
+                    "val/ndcg@10": ndcg + 0.01},
+        "epochs_run": 3, "best_epoch": 2, "seconds_per_epoch": 1.5 + seed,
+        "train_wall_seconds": 3 * (1.5 + seed),
+    }
+    (folder / "results.json").write_text(json.dumps(results))
+    pd.DataFrame({
+        "epoch": [0.0, 1.0, 2.0],
+        "train_seconds": [1.5 + seed] * 3,
+        "val_seconds": [0.25] * 3,
+        "train/loss": [3.0, 2.0, 1.0],
+        "val/ndcg@10": [ndcg / 2, ndcg, ndcg + 0.01],
+    }).to_csv(folder / "epochs.csv", index=False)
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    """A multirun folder with 3 seeds of ``full`` and 2 of ``uniform``."""
+    for job, (sampler, seed) in enumerate(NDCG):
+        _write_run(tmp_path / "multirun" / str(job), sampler, seed)
+    return tmp_path / "multirun"
+
+
+def test_summary_table_and_plots(sweep: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "summarize.py"), str(sweep), "--plots", str(out)],
+        capture_output=True, text=True, check=True,
+    )
+    table = pd.read_csv(out / "summary.csv").set_index("sampler")
+    assert table.loc["full", "seeds"] == 3 and table.loc["uniform", "seeds"] == 2
+    assert table.loc["full", "test/ndcg@10 mean"] == pytest.approx(0.20)
+    assert table.loc["full", "test/ndcg@10 std"] == pytest.approx(0.02)  # sample std (ddof 1)
+    assert table.loc["uniform", "test/ndcg@10 mean"] == pytest.approx(0.10)
+    assert table.loc["uniform", "test/ndcg@10 std"] == pytest.approx(0.01 * 2**0.5)
+    assert table.loc["uniform", "negatives"] == 32
+    assert table.loc["full", "s/epoch mean"] == pytest.approx(2.5)
+
+    markdown = (out / "summary.md").read_text()
+    assert "| tiny | SASRec | full | - | 3 | 0.2000 ± 0.0200 |" in markdown
+    assert markdown in done.stdout
+    for name in ("test_ndcg", "val_ndcg_vs_time", "epoch_time"):
+        png = out / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_plots_default_next_to_first_folder(sweep: Path) -> None:
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "summarize.py"), str(sweep)],
+                   capture_output=True, check=True)
+    assert {p.name for p in sweep.glob("*.png")} == {
+        "test_ndcg.png", "val_ndcg_vs_time.png", "epoch_time.png"}
+
+
+def test_no_results_is_a_clear_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "summarize.py"), str(tmp_path)],
+        capture_output=True, text=True, check=False,
+    )
+    assert done.returncode != 0 and "no results.json" in done.stderr
