@@ -15,7 +15,7 @@ import torch.distributed as dist
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import nn
 
-__all__ = ["broadcast_module_state", "eval_sampler", "world_size"]
+__all__ = ["broadcast_module_state", "eval_sampler", "raise_on_every_rank", "world_size"]
 
 
 def world_size() -> int:
@@ -89,3 +89,39 @@ def broadcast_module_state(module: nn.Module, src: int = 0) -> None:
     dist.broadcast_object_list(payload, src=src)
     if dist.get_rank() != src:
         module.load_state_dict(payload[0])
+
+
+def raise_on_every_rank(error: Exception | None, src: int = 0) -> None:
+    """Raise on every rank when rank ``src`` failed, so no rank waits for it forever.
+
+    Work done on one rank only (building an index on rank 0) must tell the others whether it
+    succeeded before they wait for its result in a collective call; otherwise a failure on
+    ``src`` leaves the other ranks blocked in that call.
+
+    Args:
+        error: the exception ``src`` caught (``None`` on success); ignored on the other ranks.
+        src: the rank that did the work.
+
+    Raises:
+        Exception: ``error`` itself on ``src`` (and in a single process).
+        RuntimeError: on the other ranks when ``src`` failed, naming its error.
+
+    Example:
+        >>> error = None
+        >>> if dist.get_rank() == 0:
+        ...     try:
+        ...         sampler.update(item_table)
+        ...     except ValueError as exc:
+        ...         error = exc
+        >>> raise_on_every_rank(error)
+    """
+    if world_size() == 1:
+        if error is not None:
+            raise error
+        return
+    payload = [None if error is None else f"{type(error).__name__}: {error}"]
+    dist.broadcast_object_list(payload, src=src)
+    if dist.get_rank() == src and error is not None:
+        raise error
+    if payload[0] is not None:
+        raise RuntimeError(f"rank {src} failed: {payload[0]}")

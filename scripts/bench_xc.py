@@ -106,7 +106,7 @@ def run(args: argparse.Namespace, sampler: str, epochs: int, folder: Path) -> di
     return results
 
 
-def summarise(name: str, results: dict[str, Any]) -> dict[str, Any]:
+def summarise(name: str, sampler: str, results: dict[str, Any]) -> dict[str, Any]:
     """The table row of one run."""
     refresh = results["sampler"]
     refresh_per_epoch = (refresh["refreshes"] * (refresh["refresh_seconds_mean"] or 0.0)
@@ -114,6 +114,7 @@ def summarise(name: str, results: dict[str, Any]) -> dict[str, Any]:
     metrics = results["metrics"]
     return {
         "run": name,
+        "sampler": sampler,
         "val_p@1": metrics["val/p@1"],
         "test_p@1": metrics["test/p@1"],
         "test_p@5": metrics["test/p@5"],
@@ -129,7 +130,7 @@ def summarise(name: str, results: dict[str, Any]) -> dict[str, Any]:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The comparison table, with P@1 and speed relative to ``full`` when it ran."""
-    full = next((row for row in rows if row["run"] == "full"), None)
+    full = next((row for row in rows if row["sampler"] == "full"), None)
     lines = [
         "| run | test P@1 | test P@5 | test PSP@5 | P@1 / full | s/epoch | speed-up | "
         "best epoch |",
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     for sampler, epochs in runs:
         name = run_name(sampler, epochs, args.epochs)
         results = run(args, sampler, epochs, args.out / name)
-        rows.append(summarise(name, results))
+        rows.append(summarise(name, sampler, results))
         print(f"{name}: test P@1 {rows[-1]['test_p@1']:.4f}, {rows[-1]['epoch_s']:.1f} s/epoch "
               f"({results['process_seconds']:.0f} s in all)", flush=True)
     table = markdown(rows)

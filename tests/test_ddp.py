@@ -19,7 +19,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from conftest import ROOT, TINY_RUN, sampler_overrides
-from recsys_midx.distributed import broadcast_module_state, eval_sampler
+from recsys_midx.distributed import (
+    broadcast_module_state,
+    eval_sampler,
+    raise_on_every_rank,
+)
 from recsys_midx.experiment import build
 from recsys_midx.samplers import MIDXSampler, PopularitySampler
 
@@ -71,6 +75,11 @@ def _broadcast_worker(rank: int, port: int, out_dir: str) -> None:
             ids, log_q = sampler.sample(queries, 32, generator=torch.Generator().manual_seed(7))
             report[name] = {"state": sampler.state_dict(), "ids": ids, "log_q": log_q}
         report["eval_rows"] = list(eval_sampler(range(121)))
+        # A build that fails on rank 0 must stop rank 1 too, not leave it waiting for a state.
+        try:
+            raise_on_every_rank(ValueError("item table holds NaN") if rank == 0 else None)
+        except (ValueError, RuntimeError) as exc:
+            report["failure"] = f"{type(exc).__name__}: {exc}"
         torch.save(report, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -94,6 +103,9 @@ def test_broadcast_gives_every_rank_rank_zeros_sampler(tmp_path):
     # Evaluation shards cover each of the 121 rows exactly once, without padding.
     rows = ranks[0]["eval_rows"] + ranks[1]["eval_rows"]
     assert sorted(rows) == list(range(121)) and len(ranks[0]["eval_rows"]) == 61
+    # Rank 0's failure reaches rank 1 as an error naming it.
+    assert ranks[0]["failure"] == "ValueError: item table holds NaN"
+    assert ranks[1]["failure"] == "RuntimeError: rank 0 failed: ValueError: item table holds NaN"
 
 
 def test_ddp_run_evaluates_like_one_process(compose_config, tmp_path):

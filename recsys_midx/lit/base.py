@@ -13,7 +13,7 @@ import torchmetrics
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor, nn
 
-from recsys_midx.distributed import broadcast_module_state
+from recsys_midx.distributed import broadcast_module_state, raise_on_every_rank
 from recsys_midx.heads import optimizer_param_groups
 from recsys_midx.losses import CatalogSoftmax
 from recsys_midx.samplers import Sampler
@@ -89,13 +89,18 @@ class CatalogModule(L.LightningModule, abc.ABC):
         rebuilt = [self.sampler]
         if callable(getattr(self.loss, "update", None)):
             rebuilt.append(self.loss)
+        error: Exception | None = None
         if self.trainer.is_global_zero:
             counts = getattr(self.trainer.datamodule, "item_counts", None)
-            for module in rebuilt:
-                module.update(
-                    self.encoder.item_table.detach().float(),
-                    None if counts is None else counts.to(self.device),
-                )
+            try:
+                for module in rebuilt:
+                    module.update(
+                        self.encoder.item_table.detach().float(),
+                        None if counts is None else counts.to(self.device),
+                    )
+            except Exception as exc:  # re-raised below, on every rank
+                error = exc
+        raise_on_every_rank(error)
         for module in rebuilt:
             broadcast_module_state(module, src=0)
 
