@@ -1,4 +1,4 @@
-"""Summarise runs: mean ± std over seeds of each (dataset, model, sampler) group, and plots.
+"""Summarise runs: mean ± std over seeds of each (dataset, model, head, sampler, negatives) group, and plots.
 
 Reads every ``results.json`` below the given folders (e.g. a Hydra multirun directory), prints a
 markdown table and writes it as ``summary.md`` and ``summary.csv`` together with three PNG plots
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from summary_plots import plot_all  # noqa: E402
 
 METRICS = ["test/ndcg@10", "test/hr@10", "test/mrr@10", "val/ndcg@10"]
-GROUP = ["dataset", "model", "sampler", "negatives"]
+GROUP = ["dataset", "model", "head", "sampler", "negatives"]
 
 
 def load_runs(folders: list[Path]) -> pd.DataFrame:
@@ -38,6 +38,7 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
             rows.append({
                 "dataset": config["dataset"]["name"],
                 "model": config["model"]["_target_"].rsplit(".", 1)[-1],
+                "head": _head_name(config),
                 "sampler": _sampler_name(sampler),
                 "negatives": sampler.get("num_negatives") if "Full" not in sampler["_target_"]
                 else None,
@@ -52,6 +53,16 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
     if not rows:
         raise SystemExit(f"no results.json below {', '.join(map(str, folders))}")
     return pd.DataFrame(rows)
+
+
+def _head_name(config: dict) -> str:
+    """The output head (``dot`` for runs whose objective has none, or from before heads), and
+    the objective when it is not a softmax (``edrep``)."""
+    loss = config.get("loss", {})
+    head = (loss.get("head") or {}).get("_target_", "DotHead")
+    name = head.rsplit(".", 1)[-1].removesuffix("Head").lower()
+    objective = loss.get("_target_", "").rsplit(".", 1)[-1]
+    return name if objective.endswith("SoftmaxLoss") or not objective else f"{name}, {objective}"
 
 
 def _sampler_name(sampler: dict) -> str:

@@ -60,11 +60,14 @@ def plot_all(runs: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
 
 
 def _label(row: pd.Series) -> str:
-    """The sampler, with its negatives when it samples (``uniform (M=32)``)."""
+    """The sampler, with its negatives when it samples (``uniform (M=32)``), and the head
+    when it is not the plain dot product (``midx (M=32), plif``)."""
     negatives = row.get("negatives")
-    if negatives is None or pd.isna(negatives):
-        return row["sampler"]
-    return f"{row['sampler']} (M={int(negatives)})"
+    label = row["sampler"]
+    if negatives is not None and not pd.isna(negatives):
+        label = f"{label} (M={int(negatives)})"
+    head = row.get("head", "dot")
+    return label if head == "dot" else f"{label}, {head}"
 
 
 def _epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:

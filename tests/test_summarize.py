@@ -20,14 +20,15 @@ NDCG = {("full", 0): 0.18, ("full", 1): 0.20, ("full", 2): 0.22,
         ("uniform", 0): 0.09, ("uniform", 1): 0.11}
 
 
-def _write_run(folder: Path, sampler: str, seed: int) -> None:
-    """One run as a training run leaves it: results.json and epochs.csv."""
+def _write_run(folder: Path, sampler: str, seed: int, loss: dict | None = None) -> None:
+    """One run as a training run leaves it: results.json and epochs.csv (without a ``loss``
+    config, as runs from before output heads)."""
     folder.mkdir(parents=True)
     ndcg = NDCG[(sampler, seed)]
     results = {
         "config": {"dataset": {"name": "tiny"}, "seed": seed,
                    "model": {"_target_": "recsys_midx.models.SASRec"},
-                   "sampler": SAMPLER_TARGETS[sampler]},
+                   "sampler": SAMPLER_TARGETS[sampler], **({"loss": loss} if loss else {})},
         "metrics": {"test/ndcg@10": ndcg, "test/hr@10": 2 * ndcg, "test/mrr@10": ndcg / 2,
                     "val/ndcg@10": ndcg + 0.01},
         "epochs_run": 3, "best_epoch": 2, "seconds_per_epoch": 1.5 + seed,
@@ -67,7 +68,7 @@ def test_summary_table_and_plots(sweep: Path, tmp_path: Path) -> None:
     assert table.loc["full", "s/epoch mean"] == pytest.approx(2.5)
 
     markdown = (out / "summary.md").read_text()
-    assert "| tiny | SASRec | full | - | 3 | 0.2000 ± 0.0200 |" in markdown
+    assert "| tiny | SASRec | dot | full | - | 3 | 0.2000 ± 0.0200 |" in markdown
     assert markdown in done.stdout
     for name in ("test_ndcg", "val_ndcg_vs_time", "epoch_time"):
         png = out / f"{name}.png"
@@ -87,3 +88,24 @@ def test_no_results_is_a_clear_error(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False,
     )
     assert done.returncode != 0 and "no results.json" in done.stderr
+
+
+def test_heads_and_objectives_are_groups_of_their_own(tmp_path: Path) -> None:
+    softmax = "recsys_midx.losses.SoftmaxLoss"
+    losses = {
+        "plif": {"_target_": softmax, "head": {"_target_": "recsys_midx.heads.PLIFHead"}},
+        "dot": {"_target_": softmax, "head": {"_target_": "recsys_midx.heads.DotHead"}},
+        "edrep": {"_target_": "recsys_midx.losses.EDRepLoss"},
+    }
+    for job, loss in enumerate(losses.values()):
+        _write_run(tmp_path / "multirun" / str(job), "full", 0, loss)
+    _write_run(tmp_path / "multirun" / "3", "full", 1)  # no loss config: the dot head
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "summarize.py"), str(tmp_path / "multirun"),
+         "--plots", str(tmp_path / "report")],
+        capture_output=True, text=True, check=True,
+    )
+    table = pd.read_csv(tmp_path / "report" / "summary.csv").set_index("head")
+    assert sorted(table.index) == ["dot", "dot, EDRepLoss", "plif"]
+    assert table.loc["dot", "seeds"] == 2 and table.loc["plif", "seeds"] == 1
+
