@@ -4,7 +4,8 @@ For each sampler and catalog size ``N``: index build time (first ``update``) and
 (``update`` after the table moved, warm-started), sampling throughput for ``Q`` queries x ``M``
 negatives, ``KL(softmax || q)`` and the importance-sampling ESS per draw on held-out queries
 (:func:`recsys_midx.samplers.diagnostics.proposal_divergence`), and the peak resident memory
-added by one ``sample`` call. A second table gives that peak for a large batch.
+added by one ``sample`` call (on ``--device cuda``: the peak CUDA memory it allocates). A second
+table gives that peak for a large batch.
 
 Items and queries are unit vectors around shared cluster centres, scaled so that
 ``|z.v| <= --max-logit``: the softmax is peaked on a few clusters but far from one-hot (its
@@ -12,6 +13,7 @@ perplexity is printed).
 
 Example:
     python scripts/bench_samplers.py --sizes 1e4 1e5 --samplers uniform midx
+    python scripts/bench_samplers.py --device cuda
 """
 
 from __future__ import annotations
@@ -134,6 +136,23 @@ def _release_free_heap() -> None:
 
 
 @contextlib.contextmanager
+def peak_cuda_growth(device: torch.device) -> Iterator[list[float]]:
+    """Yield a list that receives the peak CUDA memory (MiB) allocated over the body."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    result: list[float] = []
+    yield result
+    torch.cuda.synchronize(device)
+    result.append((torch.cuda.max_memory_allocated(device) - base) / 2**20)
+
+
+def peak_memory_growth(device: torch.device) -> contextlib.AbstractContextManager[list[float]]:
+    """Peak growth of the memory that holds ``device``'s tensors: CUDA memory or host RSS."""
+    return peak_cuda_growth(device) if device.type == "cuda" else peak_rss_growth()
+
+
+@contextlib.contextmanager
 def peak_rss_growth() -> Iterator[list[float]]:
     """Yield a list that receives the peak RSS growth (MiB) over the body, or NaN off Linux.
 
@@ -153,33 +172,35 @@ def peak_rss_growth() -> Iterator[list[float]]:
     result.append((_status_kib("VmHWM") - base) / 1024)
 
 
-def best_seconds(fn: Callable[[], object], repeats: int) -> float:
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds ``fn`` takes, waiting for the GPU work it queued on ``device``."""
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda _: None
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def best_seconds(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
     """Fastest of ``repeats`` timed runs: the least disturbed by other processes."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(timed(fn, device) for _ in range(repeats))
 
 
 def bench_one(
     sampler: Sampler, catalog: Catalog, args: argparse.Namespace, num_queries: int
 ) -> dict[str, float]:
     """Build, refresh, throughput, divergence and peak memory of one sampler on one catalog."""
-    start = time.perf_counter()
-    sampler.update(catalog.items, catalog.counts)
-    build = time.perf_counter() - start
+    device = catalog.items.device
+    build = timed(lambda: sampler.update(catalog.items, catalog.counts), device)
     moved = catalog.items + 0.05 * torch.randn_like(catalog.items)
-    start = time.perf_counter()
-    sampler.update(moved, catalog.counts)
-    refresh = time.perf_counter() - start
+    refresh = timed(lambda: sampler.update(moved, catalog.counts), device)
     sampler.update(catalog.items, catalog.counts)
 
     queries = catalog.queries[:num_queries]
     sampler.sample(queries[:8], args.negatives)  # warm-up
-    seconds = best_seconds(lambda: sampler.sample(queries, args.negatives), args.repeats)
-    with peak_rss_growth() as peak:
+    seconds = best_seconds(lambda: sampler.sample(queries, args.negatives), args.repeats, device)
+    with peak_memory_growth(device) as peak:
         sampler.sample(queries, args.negatives)
     divergence = proposal_divergence(sampler, catalog.kl_queries, catalog.items)
     return {
@@ -223,6 +244,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--samplers", nargs="+", default=None, help="default: all available")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="default: torch's default")
+    parser.add_argument("--device", type=torch.device, default=torch.device("cpu"),
+                        help="where items, queries and samplers live (cpu, cuda)")
     return parser.parse_args()
 
 
@@ -236,8 +259,10 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown or unavailable samplers: {unknown}; have {sorted(factories)}")
     sizes = [int(n) for n in args.sizes]
+    where = (torch.cuda.get_device_name(args.device) if args.device.type == "cuda"
+             else f"{torch.get_num_threads()} threads")
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; D={args.dim}, "
+        f"torch {torch.__version__}, {where}; D={args.dim}, "
         f"K={args.codewords}, Q={args.queries}, M={args.negatives}, "
         f"KL on {args.kl_queries} queries\n"
     )
@@ -257,6 +282,7 @@ def main() -> None:
             args.spread,
             args.seed,
         )
+        catalog = Catalog(*(t.to(args.device) for t in vars(catalog).values()))
         largest = catalog
         max_logit, perplexity = softmax_perplexity(catalog)
         for name in names:
@@ -278,8 +304,9 @@ def main() -> None:
     queries = torch.cat([largest.queries] * math.ceil(args.peak_queries / args.queries))
     queries = queries[: args.peak_queries]
     output_mib = args.peak_queries * args.peak_negatives * 12 / 2**20
+    memory = "CUDA memory" if args.device.type == "cuda" else "RSS growth"
     print(
-        f"\nPeak RSS growth of one sample() call, N={sizes[-1]:.0e}, Q={args.peak_queries}, "
+        f"\nPeak {memory} of one sample() call, N={sizes[-1]:.0e}, Q={args.peak_queries}, "
         f"M={args.peak_negatives} (outputs alone: {output_mib:.0f} MiB)\n"
     )
     print("| sampler | peak MiB | seconds (one run) |")
@@ -287,10 +314,8 @@ def main() -> None:
     for name in peak_names:
         sampler = factories[name](sizes[-1])
         sampler.update(largest.items, largest.counts)
-        with peak_rss_growth() as peak:
-            start = time.perf_counter()
-            sampler.sample(queries, args.peak_negatives)
-            seconds = time.perf_counter() - start
+        with peak_memory_growth(args.device) as peak:
+            seconds = timed(lambda: sampler.sample(queries, args.peak_negatives), args.device)
         print(f"| {name} | {peak[0]:.0f} | {seconds:.2f} |")
 
 

@@ -4,7 +4,9 @@ For each catalog size ``N`` the synthetic generator makes user sequences over ex
 every (sampler, N) pair then runs in its own process (so its peak resident memory is its own):
 a few optimiser steps of SASRec on batches of those sequences, each step being forward, loss,
 backward and Adam update. The sampler's index is built once before timing and its build time is
-reported apart (in training it is amortised over ``refresh_every_n_epochs``).
+reported apart (in training it is amortised over ``refresh_every_n_epochs``). With
+``--device cuda`` the model, sampler and batches live on the GPU and the peak memory reported is
+the peak CUDA memory allocated (``--memory-limit-gib`` then only applies to host memory).
 
 A run whose resident memory passes ``--memory-limit-gib`` is stopped and reported as not fitting;
 one that outlasts ``--timeout`` is stopped too. For every sampler measured at two sizes or more, a
@@ -12,6 +14,7 @@ least-squares line through (N, peak memory) estimates the largest catalog that f
 
 Example:
     python scripts/bench_training.py --sizes 1e5 1e6 5e6 --samplers full midx --steps 2
+    python scripts/bench_training.py --device cuda --sizes 1e5 1e6 5e6
 """
 
 from __future__ import annotations
@@ -55,21 +58,26 @@ def _split(num_items: int, num_users: int, seed: int) -> LeaveOneOutSplit:
 def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict[str, float]:
     """Time ``args.steps`` training steps (after one warm-up step) in this process."""
     torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     split = _split(num_items, args.users, args.seed)
-    model = SASRec(num_items, dim=args.dim, max_len=args.max_len)
-    sampler = SAMPLERS[sampler_name](num_items, args.negatives)
+    model = SASRec(num_items, dim=args.dim, max_len=args.max_len).to(device)
+    sampler = SAMPLERS[sampler_name](num_items, args.negatives).to(device)
     loss_fn = SoftmaxLoss()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    counts = torch.from_numpy(split.train_item_counts())
+    counts = torch.from_numpy(split.train_item_counts()).to(device)
 
     start = time.perf_counter()
     sampler.update(model.item_table.detach(), counts)
+    synchronize()
     build_seconds = time.perf_counter() - start
 
     rng = np.random.default_rng(args.seed)
     step_seconds = []
     for step in range(args.steps + 1):
         batch = training_batch(split, rng.choice(split.num_users, args.batch_size), args.max_len)
+        batch = {key: value.to(device) for key, value in batch.items()}
+        synchronize()
         start = time.perf_counter()
         queries = model(batch["inputs"])
         is_query = (batch["targets"] > 0) & (batch["inputs"] > 0)
@@ -77,13 +85,15 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        synchronize()
         if step:  # the first step warms up allocators and kernels
             step_seconds.append(time.perf_counter() - start)
     return {
         "step_seconds": float(np.median(step_seconds)),
         "build_seconds": build_seconds,
         "queries_per_step": int(is_query.sum()),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_mb": (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda"
+                    else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
 
@@ -165,17 +175,21 @@ def main() -> None:
                         help="stop a run whose resident memory passes this")
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="stop a run that takes longer than this many seconds")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--single", nargs=2, metavar=("SAMPLER", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.single:
         print(json.dumps(measure(args, args.single[0], int(args.single[1]))))
         return
 
+    on_gpu = args.device.startswith("cuda")
+    where = torch.cuda.get_device_name(args.device) if on_gpu else (
+        f"{torch.get_num_threads()} threads")
     print(f"SASRec D={args.dim}, batch {args.batch_size} users x max_len {args.max_len}, "
-          f"{args.negatives} negatives, {torch.get_num_threads()} threads, median of "
-          f"{args.steps} steps, memory limit {args.memory_limit_gib:g} GiB\n")
+          f"{args.negatives} negatives, {where}, median of {args.steps} steps, memory limit "
+          f"{args.memory_limit_gib:g} GiB\n")
     print("| N | sampler | s/step | speed-up over full | time / uniform's | index build s "
-          "| peak RSS MB |")
+          f"| peak {'CUDA' if on_gpu else 'RSS'} MB |")
     print("|---:|---|---:|---:|---:|---:|---:|")
     memory: dict[str, list[tuple[int, float]]] = {name: [] for name in args.samplers}
     for size in args.sizes:
@@ -185,12 +199,12 @@ def main() -> None:
             if "error" in row:
                 print(f"| {num_items:.0e} | {name} | failed: {row['error']} | | | | |")
                 continue
-            memory[name].append((num_items, row["peak_rss_mb"]))
+            memory[name].append((num_items, row["peak_mb"]))
             full, uniform = (rows.get(ref, {}).get("step_seconds") for ref in ("full", "uniform"))
             speedup = f"{full / row['step_seconds']:.1f}x" if full else "-"
             relative = f"{row['step_seconds'] / uniform:.2f}x" if uniform else "-"
             print(f"| {num_items:.0e} | {name} | {row['step_seconds']:.3f} | {speedup} | "
-                  f"{relative} | {row['build_seconds']:.2f} | {row['peak_rss_mb']:.0f} |",
+                  f"{relative} | {row['build_seconds']:.2f} | {row['peak_mb']:.0f} |",
                   flush=True)
     print()
     for name, points in memory.items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import random
 import signal
 import subprocess
@@ -60,28 +61,32 @@ def _checkpoint_step(path: Path) -> int:
 def test_killed_run_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path, reference):
     data_dir, reference = reference
 
-    # Kill train.py with SIGKILL once a checkpoint inside the second epoch is on disk: the
-    # process is then mid-epoch (or writing the next checkpoint).
+    # Kill train.py with SIGKILL while it is blocked inside the second epoch (tests/pausing.py),
+    # after its step checkpoints up to that point are on disk.
     run_dir = tmp_path / "run"
     last = run_dir / "checkpoints" / "last.ckpt"
     errors = tmp_path / "train.err"
+    paused = tmp_path / "paused"
+    kill_at = STEPS_PER_EPOCH + 1
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     with errors.open("w") as stderr:
         process = subprocess.Popen(
             [sys.executable, "train.py", *RUN, f"paths.data_dir={data_dir}",
-             f"hydra.run.dir={run_dir}"],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr,
+             f"hydra.run.dir={run_dir}", "+callbacks.pause._target_=pausing.PauseBeforeStep",
+             f"+callbacks.pause.step={kill_at}", f"+callbacks.pause.marker={paused}"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, env=environment,
         )
         deadline = time.monotonic() + 240
-        while _checkpoint_step(last) < STEPS_PER_EPOCH + 1:
+        while not paused.exists():
             assert process.poll() is None, f"train.py ended: {errors.read_text()[-2000:]}"
-            assert time.monotonic() < deadline, "no checkpoint inside the second epoch"
+            assert time.monotonic() < deadline, "train.py never reached the second epoch"
             time.sleep(0.05)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=60)
     assert process.returncode == -signal.SIGKILL
     assert not (run_dir / "results.json").exists()
-    killed_at = _checkpoint_step(last)  # loads: the kill never leaves a truncated checkpoint
-    assert STEPS_PER_EPOCH + 1 <= killed_at < 2 * STEPS_PER_EPOCH  # mid-epoch
+    assert _checkpoint_step(last) == kill_at  # mid-epoch: STEPS_PER_EPOCH < kill_at < 2 * ...
 
     resumed = train(_config(run_dir, data_dir, "resume=auto"))
 
