@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -173,18 +174,29 @@ def _write(directory: Path, processed: ProcessedData, settings: dict[str, Any]) 
         )
 
 
-def _checked_settings(directory: Path) -> dict[str, Any]:
-    """The ``settings.json`` of a complete processed folder of this schema version."""
-    missing = [name for name in _FILES if not (directory / name).is_file()]
+def checked_settings(
+    directory: Path, files: Sequence[str], schema_version: int
+) -> dict[str, Any]:
+    """The ``settings.json`` of a processed folder, once the folder is known to be complete and
+    of the schema version the reading code expects.
+
+    Args:
+        directory: the processed folder.
+        files: the names every complete folder holds (``settings.json`` among them).
+        schema_version: the version the reading code understands.
+
+    Raises:
+        MissingFilesError: a file of ``files`` is missing.
+        DataError: the folder was written with another schema version.
+    """
+    missing = [name for name in files if not (directory / name).is_file()]
     if missing:
-        raise MissingFilesError(
-            directory, missing, "Delete the folder to have it rebuilt."
-        )
+        raise MissingFilesError(directory, missing, "Delete the folder to have it rebuilt.")
     settings: dict[str, Any] = json.loads((directory / "settings.json").read_text())
-    if settings.get("schema_version") != SCHEMA_VERSION:
+    if settings.get("schema_version") != schema_version:
         raise DataError(
             f"{directory} was written with schema version {settings.get('schema_version')}, "
-            f"this code reads version {SCHEMA_VERSION}; delete the folder to have it rebuilt"
+            f"this code reads version {schema_version}; delete the folder to have it rebuilt"
         )
     return settings
 
@@ -207,7 +219,7 @@ def load_stats(directory: Path) -> dict[str, Any]:
         943
     """
     directory = Path(directory)
-    _checked_settings(directory)
+    checked_settings(directory, _FILES, SCHEMA_VERSION)
     return json.loads((directory / "stats.json").read_text())
 
 
@@ -225,7 +237,7 @@ def load_prepared(directory: Path) -> PreparedDataset:
         DataError: the folder was written with another :data:`SCHEMA_VERSION`.
     """
     directory = Path(directory)
-    settings = _checked_settings(directory)
+    settings = checked_settings(directory, _FILES, SCHEMA_VERSION)
     stats = json.loads((directory / "stats.json").read_text())
     return PreparedDataset(
         name=settings["name"],

@@ -56,6 +56,7 @@ from torch.utils.data import DataLoader
 
 from recsys_midx.data.download import atomic_directory
 from recsys_midx.data.errors import DataError, MissingFilesError
+from recsys_midx.data.pipeline import checked_settings
 from recsys_midx.data.resumable import ResumableLoader
 from recsys_midx.distributed import eval_sampler
 from recsys_midx.metrics.xc import inverse_propensities
@@ -627,15 +628,7 @@ def load_xc_dataset(directory: Path) -> XCDataset:
     """
     directory = Path(directory)
     names = [f"{split}.parquet" for split in _SPLITS] + ["stats.json", "settings.json"]
-    missing = [name for name in names if not (directory / name).is_file()]
-    if missing:
-        raise MissingFilesError(directory, missing, "Delete the folder to have it rebuilt.")
-    settings = json.loads((directory / "settings.json").read_text())
-    if settings.get("schema_version") != SCHEMA_VERSION:
-        raise DataError(
-            f"{directory} was written with schema version {settings.get('schema_version')}, "
-            f"this code reads version {SCHEMA_VERSION}; delete the folder to have it rebuilt"
-        )
+    settings = checked_settings(directory, names, SCHEMA_VERSION)
     stats = json.loads((directory / "stats.json").read_text())
     train, test = (
         read_parquet(directory / f"{split}.parquet", stats["features"], stats["labels"])

@@ -42,6 +42,7 @@ from .full_softmax import (
     mixture_log_prob,
     without_autocast,
 )
+from .sampled_softmax import check_negatives
 from .softmax import CatalogSoftmax, LossFunctions
 
 
@@ -161,26 +162,6 @@ def multilabel_full_softmax_loss(
     return torch.logsumexp(competitors, dim=1) - positive_scores
 
 
-def _check_negatives(
-    positives: Tensor, neg_ids: Tensor, neg_log_q: Tensor, pos_log_q: Tensor
-) -> None:
-    num_queries = positives.shape[0]
-    if neg_ids.is_floating_point() or neg_ids.dtype == torch.bool:
-        raise ValueError(f"neg_ids must be integer ids, got {neg_ids.dtype}")
-    if neg_ids.dim() != 2 or neg_ids.shape[0] != num_queries:
-        raise ValueError(f"neg_ids must have shape [{num_queries}, M], got {tuple(neg_ids.shape)}")
-    if neg_log_q.shape != neg_ids.shape:
-        raise ValueError(
-            f"neg_log_q must have the shape of neg_ids {tuple(neg_ids.shape)}, "
-            f"got {tuple(neg_log_q.shape)}"
-        )
-    if pos_log_q.shape != positives.shape:
-        raise ValueError(
-            f"pos_log_q must have the shape of positives {tuple(positives.shape)}, "
-            f"got {tuple(pos_log_q.shape)}"
-        )
-
-
 @without_autocast
 def multilabel_sampled_softmax_loss(
     query: Tensor,
@@ -228,7 +209,7 @@ def multilabel_sampled_softmax_loss(
         True
     """
     rows, columns, ids = _positive_entries(query, item_emb, positives)
-    _check_negatives(positives, neg_ids, neg_log_q, pos_log_q)
+    check_negatives(positives.shape, neg_ids, neg_log_q, pos_log_q)
     dtype = compute_dtype(query, item_emb)
     query = query.to(dtype)
     # Gather rows first and cast only those: casting the table would copy all N rows every step.
@@ -355,7 +336,7 @@ def multilabel_head_sampled_softmax_loss(
     """
     components = as_components(queries)
     rows, columns, ids = _positive_entries(components[:, 0], item_emb, positives)
-    _check_negatives(positives, neg_ids, neg_log_q, pos_log_q)
+    check_negatives(positives.shape, neg_ids, neg_log_q, pos_log_q)
     dtype = compute_dtype(components, item_emb)
     components = components.to(dtype)
     neg_emb = F.embedding(neg_ids, item_emb).to(dtype)

@@ -17,10 +17,21 @@ from .full_softmax import (
 )
 
 
-def _check_negatives(
-    query: Tensor, neg_ids: Tensor, neg_log_q: Tensor, pos_log_q: Tensor
+def check_negatives(
+    positives_shape: tuple[int, ...], neg_ids: Tensor, neg_log_q: Tensor, pos_log_q: Tensor
 ) -> None:
-    num_queries = query.shape[0]
+    """Check a sampled loss's negatives and proposal log-probabilities against its positives.
+
+    Args:
+        positives_shape: ``(Q,)`` for one target per query, ``(Q, P)`` for padded positives.
+        neg_ids: must be integer ``[Q, M]`` ids.
+        neg_log_q: must have the shape of ``neg_ids``.
+        pos_log_q: must have ``positives_shape``.
+
+    Raises:
+        ValueError: on any mismatch, naming the offending argument.
+    """
+    num_queries = positives_shape[0]
     if neg_ids.is_floating_point() or neg_ids.dtype == torch.bool:
         raise ValueError(f"neg_ids must be integer ids, got {neg_ids.dtype}")
     if neg_ids.dim() != 2 or neg_ids.shape[0] != num_queries:
@@ -30,8 +41,11 @@ def _check_negatives(
             f"neg_log_q must have the shape of neg_ids {tuple(neg_ids.shape)}, "
             f"got {tuple(neg_log_q.shape)}"
         )
-    if tuple(pos_log_q.shape) != (num_queries,):
-        raise ValueError(f"pos_log_q must have shape [{num_queries}], got {tuple(pos_log_q.shape)}")
+    if tuple(pos_log_q.shape) != tuple(positives_shape):
+        raise ValueError(
+            f"pos_log_q must have the shape of the positives {tuple(positives_shape)}, "
+            f"got {tuple(pos_log_q.shape)}"
+        )
 
 
 @without_autocast
@@ -78,7 +92,7 @@ def sampled_softmax_loss(
         True
     """
     check_scoring_inputs(query, item_emb, targets)
-    _check_negatives(query, neg_ids, neg_log_q, pos_log_q)
+    check_negatives(query.shape[:1], neg_ids, neg_log_q, pos_log_q)
     dtype = compute_dtype(query, item_emb)
     query = query.to(dtype)
     # Gather rows first and cast only those: casting the table would copy all N rows every step.
@@ -144,7 +158,7 @@ def head_sampled_softmax_loss(
     """
     components = as_components(queries)
     check_scoring_inputs(components[:, 0], item_emb, targets)
-    _check_negatives(components, neg_ids, neg_log_q, pos_log_q)
+    check_negatives(components.shape[:1], neg_ids, neg_log_q, pos_log_q)
     dtype = compute_dtype(components, item_emb)
     components = components.to(dtype)
     pos_emb = F.embedding(targets, item_emb).to(dtype)
