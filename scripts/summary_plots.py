@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -95,8 +96,11 @@ def _panels(
 ) -> Figure:
     """One subplot per (dataset, model) of ``frame``, each drawn by ``draw``."""
     groups = list(frame.groupby(PANEL, sort=True)) if len(frame) else []
+    # Wide enough for every bar and its value label once samplers are crossed with heads.
+    bars = frame["label"].nunique() if len(frame) else 0
+    width = max(6.5, 0.8 * bars + 2.0)
     figure, axes = plt.subplots(
-        1, max(len(groups), 1), figsize=(6.5 * max(len(groups), 1), 4.5), squeeze=False
+        1, max(len(groups), 1), figsize=(width * max(len(groups), 1), 4.5), squeeze=False
     )
     for ax, ((dataset, model), panel) in zip(axes[0], groups):
         draw(ax, panel)
@@ -119,8 +123,7 @@ def _test_bars(ax: Axes, runs: pd.DataFrame) -> None:
     # Headroom above the tallest error bar for the value labels.
     ax.set_ylim(0, float((stats["mean"] + stats["std"].fillna(0.0)).max()) * 1.25)
     ax.set_ylabel("test NDCG@10 (best checkpoint)")
-    ax.set_xlabel("sampler")
-    ax.tick_params(axis="x", labelrotation=20)
+    _slant_labels(ax)
 
 
 def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
@@ -145,13 +148,19 @@ def _epoch_bars(ax: Axes, epochs: pd.DataFrame) -> None:
     ax.bar(labels, val, bottom=train, color="lightgrey", label="validation",
            yerr=stats[("total", "std")].fillna(0.0), capsize=4)
     ax.set_ylabel("seconds per epoch")
-    ax.set_xlabel("sampler")
-    ax.tick_params(axis="x", labelrotation=20)
+    _slant_labels(ax)
     ax.legend(fontsize=8)
 
 
+def _slant_labels(ax: Axes) -> None:
+    """Sampler (and head) names under the bars, slanted and right-aligned to their bars."""
+    ax.set_xlabel("sampler, head")
+    plt.setp(ax.get_xticklabels(), rotation=35, ha="right", rotation_mode="anchor")
+
+
 def _colour(label: str) -> str:
-    """A stable colour per sampler family, so the three plots agree."""
+    """A stable colour per sampler family, so the three plots agree (``midx[pq,uniform] (M=32),
+    plif`` is a ``midx``)."""
     palette = {"full": "C0", "uniform": "C1", "popularity": "C2", "midx": "C3", "inbatch": "C4"}
-    family = label.split("[")[0].split(" ")[0]
+    family = re.split(r"[\[ ,(]", label, maxsplit=1)[0]
     return palette.get(family, "C5")
