@@ -40,6 +40,9 @@ from recsys_midx.losses import SoftmaxLoss  # noqa: E402
 from recsys_midx.models import SASRec  # noqa: E402
 from recsys_midx.samplers import FullSampler, MIDXSampler, UniformSampler  # noqa: E402
 
+# The sampler benchmark's device-synchronised timer (scripts/ is on the path of a script run).
+from bench_samplers import timed  # noqa: E402
+
 SAMPLERS = {
     "full": lambda n, m: FullSampler(n),
     "uniform": lambda n, m: UniformSampler(n, m),
@@ -55,43 +58,43 @@ def _split(num_items: int, num_users: int, seed: int) -> LeaveOneOutSplit:
     return LeaveOneOutSplit.from_interactions(frame, num_items)
 
 
+def _query_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The positions that are training queries: a real input with a real next item."""
+    return (batch["targets"] > 0) & (batch["inputs"] > 0)
+
+
 def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict[str, float]:
     """Time ``args.steps`` training steps (after one warm-up step) in this process."""
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
-    synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     split = _split(num_items, args.users, args.seed)
     model = SASRec(num_items, dim=args.dim, max_len=args.max_len).to(device)
     sampler = SAMPLERS[sampler_name](num_items, args.negatives).to(device)
     loss_fn = SoftmaxLoss()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     counts = torch.from_numpy(split.train_item_counts()).to(device)
+    build_seconds = timed(lambda: sampler.update(model.item_table.detach(), counts), device)
 
-    start = time.perf_counter()
-    sampler.update(model.item_table.detach(), counts)
-    synchronize()
-    build_seconds = time.perf_counter() - start
+    def train_step(batch: dict[str, torch.Tensor]) -> None:
+        queries = model(batch["inputs"])
+        is_query = _query_mask(batch)
+        loss = loss_fn(queries[is_query], batch["targets"][is_query], model.item_table, sampler)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
 
     rng = np.random.default_rng(args.seed)
     step_seconds = []
     for step in range(args.steps + 1):
         batch = training_batch(split, rng.choice(split.num_users, args.batch_size), args.max_len)
         batch = {key: value.to(device) for key, value in batch.items()}
-        synchronize()
-        start = time.perf_counter()
-        queries = model(batch["inputs"])
-        is_query = (batch["targets"] > 0) & (batch["inputs"] > 0)
-        loss = loss_fn(queries[is_query], batch["targets"][is_query], model.item_table, sampler)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        synchronize()
+        seconds = timed(lambda: train_step(batch), device)
         if step:  # the first step warms up allocators and kernels
-            step_seconds.append(time.perf_counter() - start)
+            step_seconds.append(seconds)
     return {
         "step_seconds": float(np.median(step_seconds)),
         "build_seconds": build_seconds,
-        "queries_per_step": int(is_query.sum()),
+        "queries_per_step": int(_query_mask(batch).sum()),
         "peak_mb": (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda"
                     else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
