@@ -48,6 +48,34 @@ def check_negatives(
         )
 
 
+def _candidate_logits(
+    components: Tensor,
+    item_emb: Tensor,
+    targets: Tensor,
+    neg_ids: Tensor,
+    neg_log_q: Tensor,
+    pos_log_q: Tensor,
+    dtype: torch.dtype,
+    transform: Transform | None = None,
+) -> Tensor:
+    """``[Q, K, 1 + M]`` logQ-corrected logits ``f(s) - log q`` of the target (column 0) and the
+    negatives, accidental hits masked to ``-inf``, for ``[Q, K, D]`` query components.
+
+    The target and its negatives are gathered in one lookup: every lookup of the table gives
+    backward a dense ``[N+1, D]`` gradient to fill and add, which at a million items costs more
+    than the scores themselves. Only the gathered rows are cast to ``dtype``, never the table.
+    """
+    candidates = torch.cat([targets[:, None], neg_ids], dim=1)
+    scores = torch.einsum(
+        "qkd,qcd->qkc", components, F.embedding(candidates, item_emb).to(dtype)
+    ).to(dtype)
+    if transform is not None:
+        scores = transform(scores)
+    log_q = torch.cat([pos_log_q[:, None], neg_log_q], dim=1).to(dtype)
+    accidental_hits = F.pad(neg_ids == targets[:, None], (1, 0), value=False)
+    return (scores - log_q[:, None, :]).masked_fill(accidental_hits[:, None, :], float("-inf"))
+
+
 @without_autocast
 def sampled_softmax_loss(
     query: Tensor,
@@ -94,15 +122,10 @@ def sampled_softmax_loss(
     check_scoring_inputs(query, item_emb, targets)
     check_negatives(query.shape[:1], neg_ids, neg_log_q, pos_log_q)
     dtype = compute_dtype(query, item_emb)
-    query = query.to(dtype)
-    # Gather rows first and cast only those: casting the table would copy all N rows every step.
-    pos_emb = F.embedding(targets, item_emb).to(dtype)
-    neg_emb = F.embedding(neg_ids, item_emb).to(dtype)
-    pos_logits = (query * pos_emb).sum(dim=1) - pos_log_q.to(dtype)
-    neg_logits = torch.einsum("qd,qmd->qm", query, neg_emb) - neg_log_q.to(dtype)
-    neg_logits = neg_logits.masked_fill(neg_ids == targets[:, None], float("-inf"))
-    logits = torch.cat([pos_logits[:, None], neg_logits], dim=1)
-    return torch.logsumexp(logits, dim=1) - pos_logits
+    logits = _candidate_logits(
+        query.to(dtype)[:, None], item_emb, targets, neg_ids, neg_log_q, pos_log_q, dtype
+    )[:, 0]
+    return torch.logsumexp(logits, dim=1) - logits[:, 0]
 
 
 @without_autocast
@@ -160,13 +183,7 @@ def head_sampled_softmax_loss(
     check_scoring_inputs(components[:, 0], item_emb, targets)
     check_negatives(components.shape[:1], neg_ids, neg_log_q, pos_log_q)
     dtype = compute_dtype(components, item_emb)
-    components = components.to(dtype)
-    pos_emb = F.embedding(targets, item_emb).to(dtype)
-    neg_emb = F.embedding(neg_ids, item_emb).to(dtype)
-    pos_logits = transform(torch.einsum("qkd,qd->qk", components, pos_emb).to(dtype))
-    pos_logits = pos_logits - pos_log_q.to(dtype)[:, None]
-    neg_logits = transform(torch.einsum("qkd,qmd->qkm", components, neg_emb).to(dtype))
-    neg_logits = neg_logits - neg_log_q.to(dtype)[:, None, :]
-    neg_logits = neg_logits.masked_fill((neg_ids == targets[:, None])[:, None, :], float("-inf"))
-    logits = torch.cat([pos_logits[..., None], neg_logits], dim=-1)
-    return -mixture_log_prob(pos_logits - torch.logsumexp(logits, dim=-1), log_prior)
+    logits = _candidate_logits(
+        components.to(dtype), item_emb, targets, neg_ids, neg_log_q, pos_log_q, dtype, transform
+    )
+    return -mixture_log_prob(logits[..., 0] - torch.logsumexp(logits, dim=-1), log_prior)
