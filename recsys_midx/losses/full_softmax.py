@@ -25,6 +25,19 @@ _Params = ParamSpec("_Params")
 _Result = TypeVar("_Result")
 
 
+def gather_rows(item_emb: Tensor, ids: list[Tensor], dtype: torch.dtype) -> list[Tensor]:
+    """Rows ``item_emb[ids_j]`` for each id tensor ``ids_j`` (shapes ``ids_j.shape + (D,)``), cast
+    to ``dtype``, from one lookup of the table.
+
+    Every lookup of the table gives backward a dense ``[N+1, D]`` gradient to fill and add, which
+    at a million items costs more than the scores themselves; one lookup makes one. Only the
+    gathered rows are cast, never the table.
+    """
+    rows = F.embedding(torch.cat([part.reshape(-1) for part in ids]), item_emb).to(dtype)
+    chunks = rows.split([part.numel() for part in ids])
+    return [chunk.view(*part.shape, item_emb.shape[1]) for chunk, part in zip(chunks, ids)]
+
+
 def without_autocast(loss: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
     """Run a loss function with autocast off on the device of its first argument (the query).
 

@@ -38,6 +38,7 @@ from .full_softmax import (
     as_components,
     check_scoring_inputs,
     compute_dtype,
+    gather_rows,
     head_logsumexp,
     mixture_log_prob,
     without_autocast,
@@ -212,12 +213,11 @@ def multilabel_sampled_softmax_loss(
     check_negatives(positives.shape, neg_ids, neg_log_q, pos_log_q)
     dtype = compute_dtype(query, item_emb)
     query = query.to(dtype)
-    # Gather rows first and cast only those: casting the table would copy all N rows every step.
-    neg_emb = F.embedding(neg_ids, item_emb).to(dtype)
+    neg_emb, pos_emb = gather_rows(item_emb, [neg_ids, ids], dtype)
     neg_logits = torch.einsum("qd,qmd->qm", query, neg_emb) - neg_log_q.to(dtype)
     hits = (neg_ids[:, :, None] == positives[:, None, :]).any(dim=2)
     neg_lse = torch.logsumexp(neg_logits.masked_fill(hits, float("-inf")), dim=1)
-    pos_scores = (query[rows] * F.embedding(ids, item_emb).to(dtype)).sum(dim=1)
+    pos_scores = (query[rows] * pos_emb).sum(dim=1)
     pos_logits = pos_scores - pos_log_q[rows, columns].to(dtype)
     return F.softplus(neg_lse[rows] - pos_logits)
 
@@ -339,12 +339,11 @@ def multilabel_head_sampled_softmax_loss(
     check_negatives(positives.shape, neg_ids, neg_log_q, pos_log_q)
     dtype = compute_dtype(components, item_emb)
     components = components.to(dtype)
-    neg_emb = F.embedding(neg_ids, item_emb).to(dtype)
+    neg_emb, pos_emb = gather_rows(item_emb, [neg_ids, ids], dtype)
     neg_logits = transform(torch.einsum("qkd,qmd->qkm", components, neg_emb).to(dtype))
     neg_logits = neg_logits - neg_log_q.to(dtype)[:, None, :]
     hits = (neg_ids[:, :, None] == positives[:, None, :]).any(dim=2)
     neg_lse = torch.logsumexp(neg_logits.masked_fill(hits[:, None], float("-inf")), dim=-1)
-    pos_emb = F.embedding(ids, item_emb).to(dtype)
     pos_logits = transform(torch.einsum("tkd,td->tk", components[rows], pos_emb).to(dtype))
     pos_logits = pos_logits - pos_log_q[rows, columns].to(dtype)[:, None]
     log_p = -F.softplus(neg_lse[rows] - pos_logits)

@@ -12,6 +12,7 @@ from .full_softmax import (
     as_components,
     check_scoring_inputs,
     compute_dtype,
+    gather_rows,
     mixture_log_prob,
     without_autocast,
 )
@@ -61,14 +62,11 @@ def _candidate_logits(
     """``[Q, K, 1 + M]`` logQ-corrected logits ``f(s) - log q`` of the target (column 0) and the
     negatives, accidental hits masked to ``-inf``, for ``[Q, K, D]`` query components.
 
-    The target and its negatives are gathered in one lookup: every lookup of the table gives
-    backward a dense ``[N+1, D]`` gradient to fill and add, which at a million items costs more
-    than the scores themselves. Only the gathered rows are cast to ``dtype``, never the table.
+    The target and its negatives are gathered in one lookup (see
+    :func:`~recsys_midx.losses.full_softmax.gather_rows`) and scored in one product.
     """
-    candidates = torch.cat([targets[:, None], neg_ids], dim=1)
-    scores = torch.einsum(
-        "qkd,qcd->qkc", components, F.embedding(candidates, item_emb).to(dtype)
-    ).to(dtype)
+    (candidate_emb,) = gather_rows(item_emb, [torch.cat([targets[:, None], neg_ids], dim=1)], dtype)
+    scores = torch.einsum("qkd,qcd->qkc", components, candidate_emb)
     if transform is not None:
         scores = transform(scores)
     log_q = torch.cat([pos_log_q[:, None], neg_log_q], dim=1).to(dtype)
