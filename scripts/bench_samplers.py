@@ -14,6 +14,8 @@ perplexity is printed).
 Example:
     python scripts/bench_samplers.py --sizes 1e4 1e5 --samplers uniform midx
     python scripts/bench_samplers.py --device cuda
+    python scripts/bench_samplers.py --sizes 1e5 --samplers midx --negatives 32 --codewords 128 \
+        --cell-draws table two_stage
 """
 
 from __future__ import annotations
@@ -96,9 +98,10 @@ def make_catalog(
 
 
 def sampler_factories(
-    num_negatives: int, num_codewords: int
+    num_negatives: int, num_codewords: int, cell_draws: list[str]
 ) -> dict[str, Callable[[int], Sampler]]:
-    """Constructors ``N -> sampler`` by name."""
+    """Constructors ``N -> sampler`` by name; with several ``cell_draws`` each MIDX sampler
+    appears once per way of drawing cells, named ``"midx (table)"`` and so on."""
     factories: dict[str, Callable[[int], Sampler]] = {
         "uniform": lambda n: UniformSampler(n, num_negatives),
         "popularity": lambda n: PopularitySampler(n, num_negatives, alpha=0.75, smoothing=1.0),
@@ -110,9 +113,11 @@ def sampler_factories(
         "midx_exact": {"last_stage": "exact"},
     }
     for name, kwargs in midx_variants.items():
-        factories[name] = lambda n, kw=kwargs: MIDXSampler(
-            n, num_negatives, num_codewords=num_codewords, **kw
-        )
+        for draw in cell_draws:
+            label = name if len(cell_draws) == 1 else f"{name} ({draw})"
+            factories[label] = lambda n, kw=kwargs, draw=draw: MIDXSampler(
+                n, num_negatives, num_codewords=num_codewords, cell_draw=draw, **kw
+            )
     return factories
 
 
@@ -242,6 +247,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--peak-queries", type=int, default=12_800)
     parser.add_argument("--peak-negatives", type=int, default=256)
     parser.add_argument("--samplers", nargs="+", default=None, help="default: all available")
+    parser.add_argument(
+        "--cell-draws",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "table", "two_stage"],
+        help="MIDX cell_draw settings; several give one row per setting",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="default: torch's default")
     parser.add_argument("--device", type=torch.device, default=torch.device("cpu"),
@@ -253,7 +265,7 @@ def main() -> None:
     args = parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    factories = sampler_factories(args.negatives, args.codewords)
+    factories = sampler_factories(args.negatives, args.codewords, args.cell_draws)
     names = args.samplers or list(factories)
     unknown = sorted(set(names) - set(factories))
     if unknown:
@@ -286,7 +298,7 @@ def main() -> None:
         largest = catalog
         max_logit, perplexity = softmax_perplexity(catalog)
         for name in names:
-            num_queries = args.exact_queries if name == "midx_exact" else args.queries
+            num_queries = args.exact_queries if name.startswith("midx_exact") else args.queries
             row = bench_one(factories[name](num_items), catalog, args, num_queries)
             queries_note = "" if num_queries == args.queries else f" (Q={num_queries})"
             kl = max(row["kl"], 0.0)  # an exact proposal can round to -1e-7
@@ -298,7 +310,7 @@ def main() -> None:
         print(f"<!-- N={num_items:.0e}: max |z.v| = {max_logit:.1f}, "
               f"softmax perplexity = {perplexity:.0f} items -->")
 
-    peak_names = [n for n in names if n.startswith("midx") and n != "midx_exact"]
+    peak_names = [n for n in names if n.startswith("midx") and not n.startswith("midx_exact")]
     if largest is None or not peak_names:
         return
     queries = torch.cat([largest.queries] * math.ceil(args.peak_queries / args.queries))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import faiss
@@ -84,8 +85,73 @@ def test_draws_follow_reported_log_q(catalog: dict[str, torch.Tensor], name: str
     assert chi_square_pvalue(ids, probs * tilt) < 1e-6
 
 
-@pytest.mark.parametrize("name", ["midx_dense", "midx_rq_pop_dense", "midx_exact_dense"])
-def test_empty_cells_are_never_drawn(catalog: dict[str, torch.Tensor], name: str) -> None:
+def _without_table_draws(sampler: MIDXSampler) -> MIDXSampler:
+    """``sampler``, failing any draw from the cell table (so only the two-stage draw runs)."""
+
+    def table_draw(*args: Any) -> None:
+        raise AssertionError("drew from the cell table")
+
+    sampler._draw_cells_from_table = table_draw  # type: ignore[method-assign]
+    return sampler
+
+
+@pytest.mark.parametrize("name", ["midx_dense", "midx_rq_pop_dense"])
+def test_two_stage_draws_follow_reported_log_q(
+    catalog: dict[str, torch.Tensor], name: str
+) -> None:
+    # 2 * M <= K with the dense 8x8 grids: k_1 from its marginal, then k_2 | k_1.
+    sampler = _without_table_draws(_built(catalog, **CONFIGS[name]))
+    num_samples, repeats = 4, DRAWS_PER_QUERY // 4
+    queries = catalog["queries"].repeat_interleave(repeats, 0)
+    ids, log_q = sampler.sample(queries, num_samples, generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(sampler.log_prob(queries, ids), log_q, atol=1e-5, rtol=0)
+
+    ids = ids.view(NUM_QUERIES, repeats * num_samples)
+    probs = sampler.log_prob(catalog["queries"], _all_ids(NUM_QUERIES)).exp()
+    assert torch.logsumexp(probs.log(), 1).abs().max() < 1e-4
+    assert chi_square_pvalue(ids, probs) > 1e-3
+    tilt = 1.0 + 0.05 * torch.where(torch.arange(NUM_ITEMS) % 2 == 0, 1.0, -1.0)
+    assert chi_square_pvalue(ids, probs * tilt) < 1e-6
+
+
+def test_two_stage_normaliser_equals_the_table(catalog: dict[str, torch.Tensor]) -> None:
+    sampler = _built(catalog, **CONFIGS["midx_pop"] | {"num_codewords": 8})
+    assert sampler._factorises()
+    queries = catalog["queries"]
+    _, _, factorised = sampler._log_normaliser(queries, sampler._cell_weights())
+    _, _, table = sampler._log_normaliser(queries, None)
+    torch.testing.assert_close(factorised, table, atol=1e-5, rtol=0)
+
+
+def test_two_stage_falls_back_to_the_table_when_masses_underflow() -> None:
+    # Two 1-d subspaces with codewords -1 and +1; the cell (+1, +1) is empty. For z = (t, t) each
+    # codebook's best codeword is +1, and every non-empty cell lies 2t below it: exp(-2t) is 0.
+    corners = torch.tensor([[0.0, 0.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])
+    items = corners.repeat_interleave(torch.tensor([1, 10, 10, 10]), 0)
+    sampler = MIDXSampler(30, 4, num_codewords=2)
+    sampler.update(items)
+    assert sampler._factorises() and int(sampler.cell_offsets.diff().eq(0).sum()) == 1
+    queries = torch.tensor([[100.0, 100.0], [0.5, 0.5]])
+    assert sampler._factorised_masses(queries, sampler._cell_weights()) is None
+
+    ids, log_q = sampler.sample(queries, 1, generator=torch.Generator().manual_seed(5))
+    assert bool(torch.isfinite(log_q).all())
+    torch.testing.assert_close(sampler.log_prob(queries, ids), log_q, atol=1e-5, rtol=0)
+    log_prob_all = sampler.log_prob(queries, torch.arange(1, 31).expand(2, -1))
+    assert torch.logsumexp(log_prob_all, 1).abs().max() < 1e-5
+    # Only the two cells at score 0 carry mass for the first query, 10 items each.
+    expected = torch.tensor([math.log(1 / 20)] * 20 + [-200.0 - math.log(20)] * 10)
+    torch.testing.assert_close(log_prob_all[0], expected, atol=1e-4, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "num_samples"),
+    [("midx_dense", 20_000), ("midx_dense", 4), ("midx_rq_pop_dense", 20_000)]
+    + [("midx_rq_pop_dense", 4), ("midx_exact_dense", 20_000)],
+)
+def test_empty_cells_are_never_drawn(
+    catalog: dict[str, torch.Tensor], name: str, num_samples: int
+) -> None:
     sampler = _built(catalog, **CONFIGS[name])
     cell_sizes = sampler.cell_offsets.diff()
     assert sampler.is_dense and bool((cell_sizes == 0).any()), "needs a dense table with holes"
@@ -98,7 +164,8 @@ def test_empty_cells_are_never_drawn(catalog: dict[str, torch.Tensor], name: str
 
     sampler.stage.draw = recording_draw
     generator = torch.Generator().manual_seed(2)
-    sampler.sample(catalog["queries"], 20_000, generator=generator)
+    queries = catalog["queries"].repeat_interleave(20_000 // num_samples, 0)
+    sampler.sample(queries, num_samples, generator=generator)
     assert bool((cell_sizes[torch.cat(drawn_cells)] > 0).all())
 
 
@@ -290,6 +357,8 @@ def test_invalid_configurations(catalog: dict[str, torch.Tensor]) -> None:
         MIDXSampler(NUM_ITEMS, 20, num_codewords=8, quantizer="opq")
     with pytest.raises(ValueError, match="last_stage"):
         MIDXSampler(NUM_ITEMS, 20, num_codewords=8, last_stage="softmax")
+    with pytest.raises(ValueError, match="cell_draw"):
+        MIDXSampler(NUM_ITEMS, 20, num_codewords=8, cell_draw="gumbel")
     with pytest.raises(ValueError, match="item_counts"):
         MIDXSampler(NUM_ITEMS, 20, num_codewords=8, last_stage="popularity").update(
             catalog["items"]
