@@ -95,12 +95,13 @@ def _without_table_draws(sampler: MIDXSampler) -> MIDXSampler:
     return sampler
 
 
-@pytest.mark.parametrize("name", ["midx_dense", "midx_rq_pop_dense"])
+@pytest.mark.parametrize("name", ["midx", "midx_rq_pop", "midx_dense", "midx_rq_pop_dense"])
 def test_two_stage_draws_follow_reported_log_q(
     catalog: dict[str, torch.Tensor], name: str
 ) -> None:
-    # 2 * M <= K with the dense 8x8 grids: k_1 from its marginal, then k_2 | k_1.
-    sampler = _without_table_draws(_built(catalog, **CONFIGS[name]))
+    # k_1 from its marginal, then k_2 | k_1, on the sparse 16x16 and the dense 8x8 grids.
+    sampler = _without_table_draws(_built(catalog, **CONFIGS[name], cell_draw="two_stage"))
+    assert sampler.is_dense == name.endswith("_dense")
     num_samples, repeats = 4, DRAWS_PER_QUERY // 4
     queries = catalog["queries"].repeat_interleave(repeats, 0)
     ids, log_q = sampler.sample(queries, num_samples, generator=torch.Generator().manual_seed(4))
@@ -114,13 +115,25 @@ def test_two_stage_draws_follow_reported_log_q(
     assert chi_square_pvalue(ids, probs * tilt) < 1e-6
 
 
-def test_two_stage_normaliser_equals_the_table(catalog: dict[str, torch.Tensor]) -> None:
-    sampler = _built(catalog, **CONFIGS["midx_pop"] | {"num_codewords": 8})
-    assert sampler._factorises()
+@pytest.mark.parametrize("num_codewords", [8, 16])
+def test_two_stage_normaliser_equals_the_table(
+    catalog: dict[str, torch.Tensor], num_codewords: int
+) -> None:
+    sampler = _built(catalog, **CONFIGS["midx_pop"] | {"num_codewords": num_codewords})
     queries = catalog["queries"]
-    _, _, factorised = sampler._log_normaliser(queries, sampler._cell_weights())
+    _, _, factorised = sampler._log_normaliser(queries, sampler._code_pair_grid())
     _, _, table = sampler._log_normaliser(queries, None)
     torch.testing.assert_close(factorised, table, atol=1e-5, rtol=0)
+
+
+def test_auto_cell_draw_weighs_both_costs(catalog: dict[str, torch.Tensor]) -> None:
+    dense = _built(catalog, **CONFIGS["midx_dense"])  # 64 cells, K = 8
+    assert dense._draws_in_two_stages(4) and not dense._draws_in_two_stages(5)
+    sparse = _built(catalog, **CONFIGS["midx"])  # K = 16, far fewer than 256 cells
+    assert sparse._draws_in_two_stages(0) and not sparse._draws_in_two_stages(sparse.num_cells)
+    assert not _built(catalog, **CONFIGS["midx_exact_dense"])._draws_in_two_stages(1)
+    table = _built(catalog, **CONFIGS["midx_dense"], cell_draw="table")
+    assert not table._draws_in_two_stages(1)
 
 
 def test_two_stage_falls_back_to_the_table_when_masses_underflow() -> None:
@@ -130,9 +143,9 @@ def test_two_stage_falls_back_to_the_table_when_masses_underflow() -> None:
     items = corners.repeat_interleave(torch.tensor([1, 10, 10, 10]), 0)
     sampler = MIDXSampler(30, 4, num_codewords=2)
     sampler.update(items)
-    assert sampler._factorises() and int(sampler.cell_offsets.diff().eq(0).sum()) == 1
+    assert sampler._draws_in_two_stages(1) and int(sampler.cell_offsets.diff().eq(0).sum()) == 1
     queries = torch.tensor([[100.0, 100.0], [0.5, 0.5]])
-    assert sampler._factorised_masses(queries, sampler._cell_weights()) is None
+    assert sampler._factorised_masses(queries, sampler._code_pair_grid()) is None
 
     ids, log_q = sampler.sample(queries, 1, generator=torch.Generator().manual_seed(5))
     assert bool(torch.isfinite(log_q).all())
@@ -145,14 +158,14 @@ def test_two_stage_falls_back_to_the_table_when_masses_underflow() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "num_samples"),
-    [("midx_dense", 20_000), ("midx_dense", 4), ("midx_rq_pop_dense", 20_000)]
-    + [("midx_rq_pop_dense", 4), ("midx_exact_dense", 20_000)],
+    ("name", "cell_draw"),
+    [("midx_dense", "table"), ("midx_dense", "two_stage"), ("midx_rq_pop_dense", "table")]
+    + [("midx_rq_pop_dense", "two_stage"), ("midx_exact_dense", "auto")],
 )
 def test_empty_cells_are_never_drawn(
-    catalog: dict[str, torch.Tensor], name: str, num_samples: int
+    catalog: dict[str, torch.Tensor], name: str, cell_draw: str
 ) -> None:
-    sampler = _built(catalog, **CONFIGS[name])
+    sampler = _built(catalog, **CONFIGS[name], cell_draw=cell_draw)
     cell_sizes = sampler.cell_offsets.diff()
     assert sampler.is_dense and bool((cell_sizes == 0).any()), "needs a dense table with holes"
     drawn_cells = []
@@ -164,8 +177,7 @@ def test_empty_cells_are_never_drawn(
 
     sampler.stage.draw = recording_draw
     generator = torch.Generator().manual_seed(2)
-    queries = catalog["queries"].repeat_interleave(20_000 // num_samples, 0)
-    sampler.sample(queries, num_samples, generator=generator)
+    sampler.sample(catalog["queries"], 20_000, generator=generator)
     assert bool((cell_sizes[torch.cat(drawn_cells)] > 0).all())
 
 

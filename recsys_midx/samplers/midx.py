@@ -26,15 +26,19 @@ and for any other id. A cell is drawn in one of two ways:
   table is the dense grid, built as an outer sum of the per-codebook scores (a broadcast add,
   measured 3x cheaper per cell than a gather), with ``log W = -inf`` for empty cells; otherwise
   (``B >= 3``, small ``N``) it lists only the non-empty cells and gathers their scores.
-* **In two stages** (dense ``B = 2`` grid, query-independent ``W``: the uniform and popularity
-  stages): the mass of a cell factors as ``e_1(k_1) * e_2(k_2) * W[k_1, k_2]`` with
-  ``e_b = exp(s_b)``, so the marginal of ``k_1`` is ``e_1 * (W @ e_2)``, one ``[Q, K] x [K, K]``
-  matrix product with no exp per cell, and ``k_2 | k_1`` is drawn from ``e_2 * W[k_1]``, ``K``
-  work per draw. That is ``O(M*K)`` per query besides the product, against ``O(K**2)`` exps and
-  cumsums for the table: used when ``2 * M <= K`` (``cell_draw="auto"``). Measured on one CPU
-  thread with ``N = 1e5``, ``Q = 5120``, ``M = 32``: 2.1x faster than the table at ``K = 64``,
-  5.7x at ``K = 128``, 10.5x at ``K = 256``; at ``M = 100, K = 64`` the table is faster. The
-  normaliser of :meth:`MIDXSampler.log_prob` comes from the same product, whatever ``M``.
+* **In two stages** (``B = 2``, query-independent ``W``: the uniform and popularity stages):
+  laid out by code pair, the mass of a cell factors as ``e_1(k_1) * e_2(k_2) * W[k_1, k_2]``
+  with ``e_b = exp(s_b)`` (``W = 0`` for empty cells), so the marginal of ``k_1`` is
+  ``e_1 * (W @ e_2)``, one ``[Q, K] x [K, K]`` matrix product with no exp per cell, and
+  ``k_2 | k_1`` is drawn from ``e_2 * W[k_1]``, ``K`` work per draw: ``O(M*K)`` per query besides
+  the product, against ``O(#cells)`` exps, cumsums and searches for the table. So cells finer
+  than the items (``K**2 > N``) cost no scan of the non-empty cells. ``cell_draw="auto"`` picks
+  the cheaper way: two stages when ``K**2 / 256 + 2*M*K <= #cells`` (costs in units of the
+  table's work per cell; about ``2 * M <= K`` on the dense grid). Measured on one CPU thread with
+  ``N = 1e5``, ``Q = 5120``, ``M = 32``: 2.1x faster than the table at ``K = 64``, 5.7x at
+  ``K = 128``, 11x at ``K = 256``, 7x at ``K = 512`` (83k non-empty cells), 4x at ``K = 1024``;
+  at ``M = 100, K = 64`` the table is faster. The normaliser of :meth:`MIDXSampler.log_prob`
+  comes from the same product, whatever ``M`` (at ``K = 256``: 0.03 s against 3 s).
   Each codebook's scores are shifted by their maximum before the exp; should the masses of a
   query chunk still underflow (scores hundreds apart), that chunk falls back to the table.
 
@@ -127,6 +131,16 @@ def _draw_weighted(
     # cumulative weight reaches it has positive weight. The clamp only absorbs rounding.
     target = base.add_(u.neg_().add_(1.0).mul_(mass))
     return torch.searchsorted(cum, target).clamp_(offsets[cells], offsets[cells + 1] - 1)
+
+
+class _CodePairGrid(NamedTuple):
+    """The cells of two codebooks laid out by code pair ``(k_1, k_2)``."""
+
+    #: ``[K, K]`` cell weights ``W`` (0 for empty cells).
+    weights: Tensor
+    #: ``[K*K]`` cell index of each pair ``k_1 * K + k_2``, or ``None`` for the dense grid, whose
+    #: cells are the pairs themselves.
+    cells: Tensor | None
 
 
 class _LastStage(IndexModule, abc.ABC):
@@ -352,9 +366,9 @@ class MIDXSampler(Sampler, IndexModule):
         seed: seed of the codebook training (the draws use the ``generator`` of :meth:`sample`).
         cell_draw: how cells are drawn (see the module docstring): ``"table"`` always from the
             per-query cell table; ``"two_stage"`` as ``k_1`` then ``k_2 | k_1`` whenever the cell
-            masses factorise (two codebooks, dense grid, uniform or popularity stage), else from
-            the table; ``"auto"`` (default) in two stages only when that is cheaper,
-            ``2 * M <= K``. The draws follow the same distribution either way.
+            masses factorise (two codebooks, uniform or popularity stage), else from the table;
+            ``"auto"`` (default) in two stages only when that is cheaper (see the module
+            docstring). The draws follow the same distribution either way.
         query_chunk_size: queries processed at once. Temporaries stay below roughly
             ``query_chunk_size * (8 * #cells + 250 * M)`` bytes (measured), besides the
             ``12 * Q * M`` bytes of output; the exact stage further caps ``rows x N``.
@@ -517,16 +531,12 @@ class MIDXSampler(Sampler, IndexModule):
         query = self._checked_query(query)
         ids = torch.empty(query.shape[0], num_samples, dtype=torch.long, device=query.device)
         log_q = torch.empty(query.shape[0], num_samples, device=query.device)
-        two_stage = self._factorises() and (
-            self.cell_draw == "two_stage"
-            or self.cell_draw == "auto" and 2 * num_samples <= self.codebooks.num_codewords
-        )
         with full_precision(query.device):
-            weights = self._cell_weights() if two_stage else None
+            grid = self._code_pair_grid() if self._draws_in_two_stages(num_samples) else None
             for rows, z in self._chunks(query):
                 drawn = None
-                if weights is not None:
-                    drawn = self._draw_cells_in_two_stages(z, weights, num_samples, generator)
+                if grid is not None:
+                    drawn = self._draw_cells_in_two_stages(z, grid, num_samples, generator)
                 if drawn is None:
                     drawn = self._draw_cells_from_table(z, num_samples, generator)
                 scores, state, log_z, cells = drawn
@@ -558,9 +568,9 @@ class MIDXSampler(Sampler, IndexModule):
         flat = ids.reshape(ids.shape[0], -1).long()
         out = torch.empty(flat.shape, device=query.device)
         with full_precision(query.device):
-            weights = self._cell_weights() if self._factorises() else None
+            grid = self._code_pair_grid() if self._draws_in_two_stages(0) else None
             for rows, z in self._chunks(query):
-                scores, state, log_z = self._log_normaliser(z, weights)
+                scores, state, log_z = self._log_normaliser(z, grid)
                 chunk_ids = flat[rows]
                 # id 0 has no codes; any row will do, since _log_q masks it.
                 codes = self.codebooks.codes[(chunk_ids - 1).clamp_min(0)]
@@ -593,23 +603,43 @@ class MIDXSampler(Sampler, IndexModule):
             rows = slice(start, start + size)
             yield rows, query[rows]
 
-    def _factorises(self) -> bool:
-        """Whether the cell masses factor as ``e_1(k_1) * e_2(k_2) * W[k_1, k_2]`` with a
-        query-independent ``W`` (two codebooks, dense grid, query-independent last stage) and
-        ``cell_draw`` allows using it."""
-        return (
-            self.cell_draw != "table"
-            and self.is_dense
-            and self.codebooks.num_codebooks == 2
-            and not self.stage.query_dependent
-        )
+    def _draws_in_two_stages(self, num_samples: int) -> bool:
+        """Whether ``num_samples`` draws per query (0: only the normaliser) go in two stages.
+
+        They can when the cell masses factor as ``e_1(k_1) * e_2(k_2) * W[k_1, k_2]`` with a
+        query-independent ``W`` (two codebooks, uniform or popularity stage). ``"auto"`` takes
+        them when their cost, in units of the table's work per cell (an exp, a cumsum and a
+        search: 7-10 ns on one CPU thread), is below the table's ``#cells``: ``K**2 / 256`` for
+        the matrix product (~0.03 ns per multiply-add) plus ``2*M*K`` for the conditionals
+        (measured 5-11 ns per element). For the dense grid that is about ``2 * M <= K``.
+        """
+        if (
+            self.cell_draw == "table"
+            or self.codebooks.num_codebooks != 2
+            or self.stage.query_dependent
+        ):
+            return False
+        k = self.codebooks.num_codewords
+        return self.cell_draw == "two_stage" or k * k // 256 + 2 * num_samples * k <= self.num_cells
+
+    def _code_pair_grid(self) -> _CodePairGrid:
+        """The cell weights as a ``[K, K]`` matrix over code pairs, and the cell of each pair."""
+        k = self.codebooks.num_codewords
+        weights = self.stage.cell_log_weight(None).exp()
+        if self.is_dense:
+            return _CodePairGrid(weights.view(k, k), None)
+        keys = self._cell_keys(self.cell_codes)
+        grid = weights.new_zeros(k * k).index_put_((keys,), weights)
+        # Pairs of empty cells have zero weight and are never drawn; 0 is only a placeholder.
+        cells = torch.zeros(k * k, dtype=torch.long, device=keys.device)
+        cells[keys] = torch.arange(keys.numel(), device=keys.device)
+        return _CodePairGrid(grid.view(k, k), cells)
 
     def _factorised_masses(
-        self, z: Tensor, weights: Tensor
+        self, z: Tensor, grid: _CodePairGrid
     ) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
         """Codeword scores ``[Qc, 2K]``, ``k_1`` masses ``[Qc, K]``, ``e_2`` ``[Qc, K]`` and the
-        log shift ``[Qc, 1]`` of the masses, for the cell weights ``W`` ``[K, K]`` of
-        :meth:`_cell_weights`; ``None`` if a query's masses underflow to zero.
+        log shift ``[Qc, 1]`` of the masses; ``None`` if a query's masses underflow to zero.
 
         The masses are ``e_1(k_1) * sum_{k_2} W[k_1, k_2] e_2(k_2)`` with ``e_b = exp(s_b - max
         s_b)``; the log normaliser is ``shift + log(sum of the masses)``.
@@ -619,29 +649,25 @@ class MIDXSampler(Sampler, IndexModule):
         per_book = scores.view(z.shape[0], 2, k)
         peak = per_book.amax(2, keepdim=True)
         e_1, e_2 = per_book.sub(peak).exp_().unbind(1)
-        masses = (e_2 @ weights.T).mul_(e_1)
+        masses = (e_2 @ grid.weights.T).mul_(e_1)
         if not bool((masses.sum(1) > 0).all()):
             return None
         return scores, masses, e_2, peak.sum(1)
 
-    def _cell_weights(self) -> Tensor:
-        """``W`` ``[K, K]``: the (query-independent) cell weights as a matrix over code pairs."""
-        k = self.codebooks.num_codewords
-        return self.stage.cell_log_weight(None).exp().view(k, k)
-
     def _draw_cells_in_two_stages(
-        self, z: Tensor, weights: Tensor, num_samples: int, generator: torch.Generator | None
+        self, z: Tensor, grid: _CodePairGrid, num_samples: int, generator: torch.Generator | None
     ) -> tuple[Tensor, None, Tensor, Tensor] | None:
         """Scores, stage state, ``log Z`` ``[Qc, 1]`` and cells ``[Qc, M]`` drawn as ``k_1`` from
         its marginal then ``k_2 | k_1``; ``None`` if the masses underflow (see the module doc)."""
-        factorised = self._factorised_masses(z, weights)
+        factorised = self._factorised_masses(z, grid)
         if factorised is None:
             return None
         scores, masses, e_2, shift = factorised
         k_1, total = _inverse_cdf(masses, num_samples, generator)
-        conditional = weights[k_1].mul_(e_2.unsqueeze(1))
+        conditional = grid.weights[k_1].mul_(e_2.unsqueeze(1))
         k_2, _ = _inverse_cdf(conditional, 1, generator)
-        cells = k_1 * self.codebooks.num_codewords + k_2.squeeze(2)
+        pairs = k_1 * self.codebooks.num_codewords + k_2.squeeze(2)
+        cells = pairs if grid.cells is None else grid.cells[pairs]
         return scores, None, shift + total.log(), cells
 
     def _draw_cells_from_table(
@@ -654,10 +680,12 @@ class MIDXSampler(Sampler, IndexModule):
         cells, total = _inverse_cdf(table.sub_(peak).exp_(), num_samples, generator)
         return scores, state, peak + total.log(), cells
 
-    def _log_normaliser(self, z: Tensor, weights: Tensor | None) -> tuple[Tensor, Any, Tensor]:
+    def _log_normaliser(
+        self, z: Tensor, grid: _CodePairGrid | None
+    ) -> tuple[Tensor, Any, Tensor]:
         """Scores, stage state and ``log Z`` ``[Qc, 1]``, from the factorised masses when the
-        cell weights ``W`` are given (and do not underflow), else from the cell table."""
-        factorised = None if weights is None else self._factorised_masses(z, weights)
+        code-pair grid is given (and the masses do not underflow), else from the cell table."""
+        factorised = None if grid is None else self._factorised_masses(z, grid)
         if factorised is not None:
             scores, masses, _, shift = factorised
             return scores, None, shift + masses.sum(1, keepdim=True).log()
