@@ -188,6 +188,16 @@ def test_sparse_index_skips_empty_cells(catalog: dict[str, torch.Tensor]) -> Non
     assert bool((sampler.cell_offsets.diff() > 0).all())
 
 
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_catalog_log_prob_equals_log_prob_of_every_id(
+    catalog: dict[str, torch.Tensor], name: str
+) -> None:
+    sampler = _built(catalog, **CONFIGS[name])
+    queries = catalog["queries"]
+    expected = sampler.log_prob(queries, _all_ids(NUM_QUERIES))
+    torch.testing.assert_close(sampler.catalog_log_prob(queries), expected, atol=1e-6, rtol=0)
+
+
 def test_padding_id_has_zero_probability(catalog: dict[str, torch.Tensor]) -> None:
     sampler = _built(catalog, **CONFIGS["midx_pop"])
     ids = torch.tensor([[0, 1]] * NUM_QUERIES)

@@ -169,6 +169,12 @@ def test_log_prob_is_normalised(sampler: Sampler) -> None:
     torch.testing.assert_close(total, torch.zeros(3, dtype=torch.float64), rtol=0, atol=1e-5)
 
 
+def test_catalog_log_prob_is_log_prob_of_every_id(sampler: Sampler) -> None:
+    query = torch.randn(3, DIM)
+    expected = sampler.log_prob(query, _all_ids(sampler, 3))
+    torch.testing.assert_close(sampler.catalog_log_prob(query), expected, rtol=0, atol=1e-6)
+
+
 def test_log_prob_of_padding_is_minus_inf(sampler: Sampler) -> None:
     log_q = sampler.log_prob(torch.randn(2, DIM), torch.tensor([[0, 1], [2, 0]]))
     assert torch.isneginf(log_q[0, 0]) and torch.isneginf(log_q[1, 1])

@@ -125,9 +125,9 @@ class SamplerRefresh(Callback):
 
     The schedule is read from the sampler (``refresh_every_n_steps``, ``refresh_every_n_epochs``;
     samplers without them, whose proposal does not follow the item table, are built once at the
-    start of training) and from the objective when it has one too (EDRep's cluster statistics). Each rebuild is timed, and the proposal (of a sampler that samples) is
-    compared with the softmax it
-    approximates (KL and effective sample size, see
+    start of training) and from the objective when it has one too (EDRep's cluster statistics).
+    Each rebuild is timed, and the proposal (of a sampler that samples) is compared with the
+    softmax it approximates (KL and effective sample size, see
     :func:`~recsys_midx.samplers.proposal_divergence`) on a fixed set of validation queries.
     Metrics go to the loggers as ``sampler/refresh_seconds``, ``sampler/kl``,
     ``sampler/ess_fraction``; :attr:`history` keeps them for the run's results.

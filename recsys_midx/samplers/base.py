@@ -80,6 +80,15 @@ class Sampler(torch.nn.Module, abc.ABC):
     def log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
         """Normalised ``log q(ids | query)`` with the shape of ``ids`` (``[Q, ...]``), float32."""
 
+    def catalog_log_prob(self, query: Tensor) -> Tensor:
+        """``log q`` of every item ``1..N`` for each query: ``[Q, N]`` float32.
+
+        The default asks :meth:`log_prob` for all ids; a sampler with a cheaper way to score the
+        whole catalog overrides it (the proposal diagnostics call it at every refresh).
+        """
+        ids = torch.arange(1, self.num_items + 1, device=query.device)
+        return self.log_prob(query, ids.expand(query.shape[0], -1))
+
     def extra_repr(self) -> str:
         return f"num_items={self.num_items}, num_negatives={self.num_negatives}"
 

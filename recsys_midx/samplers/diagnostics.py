@@ -11,7 +11,7 @@ For a query ``z`` let ``p = softmax(z.v)`` over items ``1..N`` and ``q`` the sam
 * ``ess``: ``num_samples * ess_fraction``, the ESS of ``num_samples`` draws (by default the
   sampler's ``num_negatives``).
 
-Both are exact: ``q`` comes from ``sampler.log_prob`` for every id, in chunks of queries.
+Both are exact: ``q`` comes from ``sampler.catalog_log_prob`` (every id), in chunks of queries.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def proposal_divergence(
     for start in range(0, query.shape[0], rows):
         z = query[start : start + rows]
         log_p = torch.log_softmax(z @ items.T, dim=1).double()
-        log_q = sampler.log_prob(z, all_ids.expand(z.shape[0], -1)).double()
+        log_q = sampler.catalog_log_prob(z).double()
         p = log_p.exp()
         # p * (log p - log q) with the convention 0 * log 0 = 0 where p underflows.
         kl_parts.append(torch.where(p > 0, p * (log_p - log_q), 0.0).sum(1))
