@@ -66,11 +66,17 @@ def _head_name(config: dict) -> str:
 
 
 def _sampler_name(sampler: dict) -> str:
-    """Readable sampler name: the class, with MIDX's quantiser and last stage."""
+    """Readable sampler name: the class, with MIDX's quantiser and last stage, and its codewords
+    per codebook and step refresh schedule where they differ from the defaults (64, none)."""
     name = sampler["_target_"].rsplit(".", 1)[-1].removesuffix("Sampler").lower()
-    if name == "midx":
-        return f"midx[{sampler.get('quantizer', 'pq')},{sampler.get('last_stage', 'uniform')}]"
-    return name
+    if name != "midx":
+        return name
+    parts = [sampler.get("quantizer", "pq"), sampler.get("last_stage", "uniform")]
+    if sampler.get("num_codewords", 64) != 64:
+        parts.append(f"K={sampler['num_codewords']}")
+    if sampler.get("refresh_every_n_steps"):
+        parts.append(f"refresh/{sampler['refresh_every_n_steps']} steps")
+    return f"midx[{','.join(parts)}]"
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:

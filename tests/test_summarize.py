@@ -109,3 +109,14 @@ def test_heads_and_objectives_are_groups_of_their_own(tmp_path: Path) -> None:
     assert sorted(table.index) == ["dot", "dot, EDRepLoss", "plif"]
     assert table.loc["dot", "seeds"] == 2 and table.loc["plif", "seeds"] == 1
 
+
+
+def test_midx_names_show_non_default_codewords_and_step_refresh() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from summarize import _sampler_name
+
+    midx = {"_target_": "recsys_midx.samplers.MIDXSampler", "num_codewords": 64,
+            "refresh_every_n_steps": 0}
+    assert _sampler_name(midx) == "midx[pq,uniform]"
+    finer = {**midx, "num_codewords": 256, "refresh_every_n_steps": 10, "quantizer": "rq"}
+    assert _sampler_name(finer) == "midx[rq,uniform,K=256,refresh/10 steps]"
