@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from recsys_midx.losses import SoftmaxLoss, full_softmax_loss, sampled_softmax_loss
+from recsys_midx.losses.softmax import exact_positive_log_q
 from recsys_midx.samplers import FullSampler, PopularitySampler, UniformSampler
 
 NUM_ITEMS = 50
@@ -116,6 +117,51 @@ def test_accidental_hits_are_masked() -> None:
         query, item_emb, targets, with_hit[:, keep], log_q[:, keep], pos_log_q
     )
     torch.testing.assert_close(loss_with_hit, loss_without)
+
+
+def test_exact_positives_keep_the_gradient_a_proposal_missing_the_positive_loses() -> None:
+    # A peaked softmax (p(target) ~ 0.6) and a proposal equal to it except at the target, where
+    # it is 1e-4: the proposal a coarse sampler gives a confident model. Averaged over many
+    # draws, the exact-positive estimator recovers the full gradient; the usual correction,
+    # dominated by exp(s_p) / q_p, loses most of it.
+    generator = torch.Generator().manual_seed(0)
+    item_emb = torch.randn(NUM_ITEMS + 1, DIM, generator=generator)
+    target = 7
+    query = (2.5 * item_emb[target] / item_emb[target].norm() ** 2 * 2.0).requires_grad_()
+    logits = query.detach() @ item_emb[1:].T
+    p = logits.softmax(0)
+    assert 0.5 < float(p[target - 1]) < 0.9
+    q = p.clone()
+    q[target - 1] = 1e-4
+    q /= q.sum()
+    draws, num_negatives = 400, 32
+    neg_ids = torch.multinomial(q, draws * num_negatives, True, generator=generator) + 1
+    neg_ids = neg_ids.view(draws, num_negatives)
+    neg_log_q = q.log()[neg_ids - 1]
+    queries, targets = query.expand(draws, -1), torch.full((draws,), target)
+
+    def mean_query_grad(pos_log_q: Tensor) -> Tensor:
+        loss = sampled_softmax_loss(queries, item_emb, targets, neg_ids, neg_log_q, pos_log_q)
+        return torch.autograd.grad(loss.mean(), query)[0]
+
+    full = torch.autograd.grad(_reference_loss(query[None], item_emb, targets[:1]).sum(), query)[0]
+    exact = mean_query_grad(exact_positive_log_q(targets, num_negatives))
+    corrected = mean_query_grad(torch.full((draws,), float(q[target - 1].log())))
+    assert float((exact - full).norm() / full.norm()) < 0.1
+    assert float(corrected.norm() / full.norm()) < 0.2
+
+
+def test_exact_positive_log_q_is_minus_log_m_and_minus_inf_at_padding() -> None:
+    log_q = exact_positive_log_q(torch.tensor([[3, 5], [2, 0]]), 32)
+    expected = torch.tensor([[-math.log(32)] * 2, [-math.log(32), -math.inf]])
+    torch.testing.assert_close(log_q, expected)
+
+
+def test_softmax_loss_with_exact_positives_does_not_score_positives_under_q() -> None:
+    query, item_emb, targets = _problem()
+    sampler = _RecordingSampler()
+    SoftmaxLoss(exact_positives=True)(query, targets, item_emb, sampler)
+    assert len(sampler.seen) == 1  # sample() only, no log_prob() of the targets
 
 
 def test_sampled_softmax_computes_bf16_in_float32() -> None:

@@ -366,6 +366,8 @@ class MultiLabelSoftmaxLoss(CatalogSoftmax):
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
         head: the output head (:mod:`recsys_midx.heads`); ``None`` is the plain dot product.
+        exact_positives: count each positive exactly in the sampled normaliser instead of
+            logQ-correcting it like a negative (see :class:`CatalogSoftmax`).
 
     Raises:
         ValueError: if ``temperature`` is not finite and positive or ``chunk_size < 1``; on

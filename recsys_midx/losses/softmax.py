@@ -46,8 +46,29 @@ class Negatives(NamedTuple):
     positive_log_q: Tensor
 
 
+def exact_positive_log_q(positives: Tensor, num_drawn: int) -> Tensor:
+    """The ``log q`` that makes a sampled loss count its positives exactly: ``-log M``.
+
+    With it the positive's corrected logit ``s_p - log q_p`` is ``s_p + log M``; shifting all
+    corrected logits by ``-log M`` (the loss does not change) gives ``o_p = s_p`` and
+    ``o_j = s_j - log(M q_j)``: the normaliser is ``exp(s_p)`` plus the importance-sampling
+    estimate of the sum over the other items, whose draws of the positive (accidental hits) are
+    masked because it is already counted.
+
+    Args:
+        positives: ``[Q]`` target ids, or ``[Q, P]`` positive ids padded with ``0``.
+        num_drawn: negatives drawn per query, ``M``.
+
+    Returns:
+        float32 tensor shaped like ``positives``: ``-log M``, ``-inf`` at padding.
+    """
+    return torch.where(positives > 0, -math.log(num_drawn), -math.inf).float()
+
+
 @torch.no_grad()
-def draw_negatives(sampler: Sampler, query: Tensor, positives: Tensor) -> Negatives:
+def draw_negatives(
+    sampler: Sampler, query: Tensor, positives: Tensor, exact_positives: bool = False
+) -> Negatives:
     """Draw ``sampler.num_negatives`` negatives per query and score the positives under ``q``.
 
     The sampler sees the scaled query detached and in float32, whatever the model's precision,
@@ -58,6 +79,8 @@ def draw_negatives(sampler: Sampler, query: Tensor, positives: Tensor) -> Negati
         sampler: a non-exhaustive sampler.
         query: ``[Q, D]`` scaled queries ``z``.
         positives: ``[Q]`` target ids in ``1..N``, or ``[Q, P]`` positive ids padded with ``0``.
+        exact_positives: give the positives :func:`exact_positive_log_q` instead of their
+            ``log q`` under the proposal (which is then not computed).
 
     Returns:
         The negatives, their ``log q`` and the positives' ``log q``.
@@ -74,6 +97,8 @@ def draw_negatives(sampler: Sampler, query: Tensor, positives: Tensor) -> Negati
     # host synchronisation of a boolean mask.
     sampler.observe_targets(positives if positives.dim() == 1 else positives[positives > 0])
     ids, log_q = sampler.sample(proposal_query, sampler.num_negatives)
+    if exact_positives:
+        return Negatives(ids, log_q, exact_positive_log_q(positives, ids.shape[1]))
     as_rows = positives.reshape(positives.shape[0], -1)
     positive_log_q = sampler.log_prob(proposal_query, as_rows).view(positives.shape)
     return Negatives(ids, log_q, positive_log_q)
@@ -90,7 +115,9 @@ def _balance_log_q(sampler: Sampler, flat_queries: Tensor, ids: Tensor) -> Tenso
 
 
 @torch.no_grad()
-def draw_mixture_negatives(sampler: Sampler, queries: Tensor, positives: Tensor) -> Negatives:
+def draw_mixture_negatives(
+    sampler: Sampler, queries: Tensor, positives: Tensor, exact_positives: bool = False
+) -> Negatives:
     """Negatives shared by the ``K`` component queries of each context, with their ``log q``.
 
     Each component query ``z_k`` draws ``ceil(M / K)`` ids from ``q(. | z_k)`` (one call of the
@@ -108,6 +135,8 @@ def draw_mixture_negatives(sampler: Sampler, queries: Tensor, positives: Tensor)
         sampler: a non-exhaustive sampler.
         queries: ``[Q, K, D]`` scaled component queries.
         positives: ``[Q]`` target ids in ``1..N``, or ``[Q, P]`` positive ids padded with ``0``.
+        exact_positives: give the positives :func:`exact_positive_log_q` (for the pool size)
+            instead of their mixture ``log q``.
 
     Returns:
         ``ids`` ``[Q, K * ceil(M / K)]``, their ``log q`` and the positives' ``log q``
@@ -126,8 +155,11 @@ def draw_mixture_negatives(sampler: Sampler, queries: Tensor, positives: Tensor)
     share = -(-sampler.num_negatives // num_components)
     ids, _ = sampler.sample(flat, share)
     ids = ids.reshape(num_contexts, num_components * share)
-    as_rows = positives.reshape(num_contexts, -1)
-    positive_log_q = _balance_log_q(sampler, flat, as_rows).view(positives.shape)
+    if exact_positives:
+        positive_log_q = exact_positive_log_q(positives, ids.shape[1])
+    else:
+        as_rows = positives.reshape(num_contexts, -1)
+        positive_log_q = _balance_log_q(sampler, flat, as_rows).view(positives.shape)
     return Negatives(ids, _balance_log_q(sampler, flat, ids), positive_log_q)
 
 
@@ -170,6 +202,15 @@ class CatalogSoftmax(torch.nn.Module):
             floats).
         head: the output head (its parameters are the objective's); ``None`` is the plain
             dot product (:class:`~recsys_midx.heads.DotHead`).
+        exact_positives: how a sampled loss counts the positive in its normaliser. ``False``:
+            like a negative, ``o_p = s_p - log q(p)`` (the usual logQ correction). ``True``:
+            exactly, ``o_p = s_p`` with ``o_j = s_j - log(M q_j)`` for the negatives (see
+            :func:`exact_positive_log_q`). Both estimate the same normaliser, but the first
+            weighs the positive by ``1 / (M q(p))``: where the model puts much of its mass on
+            the positive and the proposal does not (``q(p) << p(p)``, as for a sampler that
+            reproduces a peaked softmax only coarsely), the positive dominates the estimate and
+            its gradient ``-(1 - p(p))`` shrinks towards 0. Counted exactly, it does not depend
+            on ``q(p)``.
 
     Raises:
         ValueError: if ``temperature`` is not finite and positive or ``chunk_size < 1``.
@@ -179,7 +220,11 @@ class CatalogSoftmax(torch.nn.Module):
     functions: ClassVar[LossFunctions]
 
     def __init__(
-        self, temperature: float = 1.0, chunk_size: int = 32768, head: Head | None = None
+        self,
+        temperature: float = 1.0,
+        chunk_size: int = 32768,
+        head: Head | None = None,
+        exact_positives: bool = False,
     ) -> None:
         super().__init__()
         if not (math.isfinite(temperature) and temperature > 0):
@@ -191,6 +236,7 @@ class CatalogSoftmax(torch.nn.Module):
         self.temperature = float(temperature)
         self.chunk_size = int(chunk_size)
         self.head = DotHead() if head is None else head
+        self.exact_positives = bool(exact_positives)
 
     def forward(self, query: Tensor, targets: Tensor, item_emb: Tensor, sampler: Sampler) -> Tensor:
         """Scalar loss of a batch.
@@ -213,7 +259,7 @@ class CatalogSoftmax(torch.nn.Module):
                 return self.exact_loss(z, targets, item_emb)
             return self.head_exact_loss(z, log_prior, targets, item_emb)
         draw = draw_negatives if z.dim() == 2 else draw_mixture_negatives
-        negatives = draw(sampler, z, targets)
+        negatives = draw(sampler, z, targets, self.exact_positives)
         if plain:
             return self.sampled_loss(z, targets, item_emb, negatives)
         return self.head_sampled_loss(z, log_prior, targets, item_emb, negatives)
@@ -327,7 +373,10 @@ class CatalogSoftmax(torch.nn.Module):
         return mixture_log_prob(log_p, None if log_prior is None else log_prior[:, None])
 
     def extra_repr(self) -> str:
-        return f"temperature={self.temperature}, chunk_size={self.chunk_size}"
+        return (
+            f"temperature={self.temperature}, chunk_size={self.chunk_size}, "
+            f"exact_positives={self.exact_positives}"
+        )
 
 
 class SoftmaxLoss(CatalogSoftmax):
@@ -345,6 +394,8 @@ class SoftmaxLoss(CatalogSoftmax):
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
         head: the output head (:mod:`recsys_midx.heads`); ``None`` is the plain dot product.
+        exact_positives: count each positive exactly in the sampled normaliser instead of
+            logQ-correcting it like a negative (see :class:`CatalogSoftmax`).
 
     Raises:
         ValueError: if ``temperature`` is not finite and positive or ``chunk_size < 1``; on
