@@ -38,7 +38,8 @@ class Negatives(NamedTuple):
         ids: ``[Q, M]`` negative ids in ``1..N``.
         log_q: ``[Q, M]`` normalised ``log q`` of ``ids``.
         positive_log_q: ``log q`` of the positives, shaped like the positives given to
-            :func:`draw_negatives` (``-inf`` at padding id ``0``).
+            :func:`draw_negatives` (``-inf`` at padding id ``0``), or
+            :func:`exact_positive_log_q` when the positives are counted exactly.
     """
 
     ids: Tensor
