@@ -266,10 +266,15 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     factories = sampler_factories(args.negatives, args.codewords, args.cell_draws)
-    names = args.samplers or list(factories)
-    unknown = sorted(set(names) - set(factories))
+    # "midx" selects all of its --cell-draws rows ("midx (table)", ...).
+    bases = {label: label.split(" (")[0] for label in factories}
+    wanted = set(args.samplers or bases.values())
+    unknown = sorted(wanted - set(bases.values()))
     if unknown:
-        raise SystemExit(f"unknown or unavailable samplers: {unknown}; have {sorted(factories)}")
+        raise SystemExit(
+            f"unknown or unavailable samplers: {unknown}; have {sorted(set(bases.values()))}"
+        )
+    names = [label for label, base in bases.items() if base in wanted]
     sizes = [int(n) for n in args.sizes]
     where = (torch.cuda.get_device_name(args.device) if args.device.type == "cuda"
              else f"{torch.get_num_threads()} threads")
