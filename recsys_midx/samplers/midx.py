@@ -35,9 +35,11 @@ and for any other id. A cell is drawn in one of two ways:
   than the items (``K**2 > N``) cost no scan of the non-empty cells. ``cell_draw="auto"`` picks
   the cheaper way: two stages when ``K**2 / 256 + 2*M*K <= #cells`` (costs in units of the
   table's work per cell; about ``2 * M <= K`` on the dense grid). Measured on one CPU thread with
-  ``N = 1e5``, ``Q = 5120``, ``M = 32``: 2.1x faster than the table at ``K = 64``, 5.7x at
-  ``K = 128``, 11x at ``K = 256``, 7x at ``K = 512`` (83k non-empty cells), 4x at ``K = 1024``;
-  at ``M = 100, K = 64`` the table is faster. The normaliser of :meth:`MIDXSampler.log_prob`
+  ``N = 1e5`` Gaussian items (D = 32, nearly every cell non-empty up to ``K = 256``),
+  ``Q = 5120``, ``M = 32``: 2.1x faster than the table at ``K = 64``, 5.7x at ``K = 128``, 11x at
+  ``K = 256``, 7x at ``K = 512`` (83k non-empty cells), 4x at ``K = 1024``; at ``M = 100,
+  K = 64`` the table is faster, and so it is on clustered tables whose few non-empty cells make
+  a short sparse table (which ``#cells`` accounts for). The normaliser of :meth:`MIDXSampler.log_prob`
   comes from the same product, whatever ``M`` (at ``K = 256``: 0.03 s against 3 s).
   Each codebook's scores are shifted by their maximum before the exp; should the masses of a
   query chunk still underflow (scores hundreds apart), that chunk falls back to the table.
