@@ -64,6 +64,14 @@ def _all_ids(num_queries: int) -> torch.Tensor:
     return torch.arange(1, NUM_ITEMS + 1).expand(num_queries, -1)
 
 
+def _assert_draws_fit(ids: torch.Tensor, probs: torch.Tensor) -> None:
+    """Draws ``[Q, n]`` pass a chi-square test against ``probs`` ``[Q, N]``, and the same test
+    notices a 5% tilt of the distribution."""
+    assert chi_square_pvalue(ids, probs) > 1e-3
+    tilt = 1.0 + 0.05 * torch.where(torch.arange(NUM_ITEMS) % 2 == 0, 1.0, -1.0)
+    assert chi_square_pvalue(ids, probs * tilt) < 1e-6
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_draws_follow_reported_log_q(catalog: dict[str, torch.Tensor], name: str) -> None:
     sampler = _built(catalog, **CONFIGS[name])
@@ -79,10 +87,7 @@ def test_draws_follow_reported_log_q(catalog: dict[str, torch.Tensor], name: str
     assert torch.logsumexp(log_prob_all, 1).abs().max() < 1e-4
 
     probs = log_prob_all.exp()
-    assert chi_square_pvalue(ids, probs) > 1e-3
-    # The same test notices a 5% tilt of the distribution.
-    tilt = 1.0 + 0.05 * torch.where(torch.arange(NUM_ITEMS) % 2 == 0, 1.0, -1.0)
-    assert chi_square_pvalue(ids, probs * tilt) < 1e-6
+    _assert_draws_fit(ids, probs)
 
 
 def _without_table_draws(sampler: MIDXSampler) -> MIDXSampler:
@@ -110,9 +115,7 @@ def test_two_stage_draws_follow_reported_log_q(
     ids = ids.view(NUM_QUERIES, repeats * num_samples)
     probs = sampler.log_prob(catalog["queries"], _all_ids(NUM_QUERIES)).exp()
     assert torch.logsumexp(probs.log(), 1).abs().max() < 1e-4
-    assert chi_square_pvalue(ids, probs) > 1e-3
-    tilt = 1.0 + 0.05 * torch.where(torch.arange(NUM_ITEMS) % 2 == 0, 1.0, -1.0)
-    assert chi_square_pvalue(ids, probs * tilt) < 1e-6
+    _assert_draws_fit(ids, probs)
 
 
 @pytest.mark.parametrize("num_codewords", [8, 16])
