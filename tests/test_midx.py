@@ -31,6 +31,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "midx_dense": {"quantizer": "pq", "last_stage": "uniform", "num_codewords": 8},
     "midx_rq_pop_dense": {"quantizer": "rq", "last_stage": "popularity", "num_codewords": 8},
     "midx_exact_dense": {"quantizer": "pq", "last_stage": "exact", "num_codewords": 8},
+    # The exact softmax over each query's top cells mixed in (sparse and dense tables).
+    "midx_top": {"quantizer": "pq", "num_codewords": 16, "exact_top_codewords": 3},
+    "midx_rq_pop_top": {
+        "quantizer": "rq",
+        "last_stage": "popularity",
+        "num_codewords": 16,
+        "exact_top_codewords": 2,
+        "exact_top_weight": 0.3,
+    },
+    "midx_top_dense": {"quantizer": "pq", "num_codewords": 8, "exact_top_codewords": 2},
 }
 
 
@@ -100,7 +110,9 @@ def _without_table_draws(sampler: MIDXSampler) -> MIDXSampler:
     return sampler
 
 
-@pytest.mark.parametrize("name", ["midx", "midx_rq_pop", "midx_dense", "midx_rq_pop_dense"])
+@pytest.mark.parametrize(
+    "name", ["midx", "midx_rq_pop", "midx_dense", "midx_rq_pop_dense", "midx_top"]
+)
 def test_two_stage_draws_follow_reported_log_q(
     catalog: dict[str, torch.Tensor], name: str
 ) -> None:
@@ -241,6 +253,52 @@ def test_midx_is_closer_to_softmax_than_uniform(catalog: dict[str, torch.Tensor]
     assert exact["ess"] == pytest.approx(20 * exact["ess_fraction"])
 
 
+def test_exact_top_cells_bring_the_proposal_closer_to_the_softmax(
+    catalog: dict[str, torch.Tensor],
+) -> None:
+    queries, items = catalog["queries"], catalog["items"]
+    plain = proposal_divergence(_built(catalog, num_codewords=16), queries, items)
+    top = proposal_divergence(_built(catalog, **CONFIGS["midx_top"]), queries, items)
+    assert top["kl"] < 0.7 * plain["kl"], (top, plain)
+    # With every codeword in the top, the head is the whole catalog: q = (1 - lam) q_midx + lam p.
+    whole = _built(catalog, num_codewords=8, exact_top_codewords=8, exact_top_weight=0.75)
+    plain_dense = _built(catalog, num_codewords=8)
+    expected = torch.logaddexp(
+        plain_dense.catalog_log_prob(queries) + math.log(0.25),
+        torch.log_softmax(queries @ items[1:].T, dim=1) + math.log(0.75),
+    )
+    torch.testing.assert_close(whole.catalog_log_prob(queries), expected, atol=1e-5, rtol=0)
+
+
+def test_exact_top_scores_the_table_of_the_last_update(catalog: dict[str, torch.Tensor]) -> None:
+    sampler = _built(catalog, **CONFIGS["midx_top"])
+    log_q = sampler.catalog_log_prob(catalog["queries"])
+    # Training moves the live table in place; the proposal keeps the snapshot until update().
+    catalog_copy = catalog["items"].clone()
+    sampler.update(catalog_copy)
+    catalog_copy.mul_(2.0)
+    torch.testing.assert_close(sampler.catalog_log_prob(catalog["queries"]), log_q)
+    sampler.update(catalog_copy)
+    assert not torch.allclose(sampler.catalog_log_prob(catalog["queries"]), log_q)
+
+
+def test_queries_with_empty_top_cells_draw_from_midx_alone(
+    catalog: dict[str, torch.Tensor],
+) -> None:
+    # One codeword per codebook: the best pair is often an empty cell of the sparse 16x16 grid.
+    sampler = _built(catalog, num_codewords=16, exact_top_codewords=1)
+    plain = _built(catalog, num_codewords=16)
+    queries = torch.randn(64, DIM, generator=torch.Generator().manual_seed(8)) * 2.0
+    state = sampler._prepare_exact_top(queries, sampler.codebooks.scores(queries))
+    empty = torch.isneginf(state.log_normaliser.squeeze(1))
+    assert 0 < int(empty.sum()) < 64
+    log_q = sampler.catalog_log_prob(queries)
+    assert torch.logsumexp(log_q, 1).abs().max() < 1e-4
+    torch.testing.assert_close(log_q[empty], plain.catalog_log_prob(queries)[empty])
+    ids, drawn_log_q = sampler.sample(queries, 2000, generator=torch.Generator().manual_seed(9))
+    torch.testing.assert_close(sampler.log_prob(queries, ids), drawn_log_q, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("quantizer", ["pq", "rq"])
 def test_codebook_shapes(catalog: dict[str, torch.Tensor], quantizer: str) -> None:
     sampler = _built(catalog, quantizer=quantizer, num_codewords=16, num_codebooks=2)
@@ -333,7 +391,7 @@ def test_refit_warm_starts_from_previous_codewords(
     assert torch.equal(frozen.codebooks.codewords, codewords)
 
 
-@pytest.mark.parametrize("name", ["midx_pop", "midx_rq", "midx_exact_dense"])
+@pytest.mark.parametrize("name", ["midx_pop", "midx_rq", "midx_exact_dense", "midx_top"])
 def test_state_dict_round_trip(catalog: dict[str, torch.Tensor], name: str) -> None:
     sampler = _built(catalog, **CONFIGS[name])
     sampler.update(catalog["items"] * 0.9)  # a refreshed state, not just the first build
@@ -392,5 +450,11 @@ def test_invalid_configurations(catalog: dict[str, torch.Tensor]) -> None:
         MIDXSampler(NUM_ITEMS, 20, num_codewords=8).update(catalog["items"][1:])
     with pytest.raises(RuntimeError, match="update"):
         MIDXSampler(NUM_ITEMS, 20, num_codewords=8).sample(catalog["queries"], 5)
+    with pytest.raises(ValueError, match="exact_top_codewords"):
+        MIDXSampler(NUM_ITEMS, 20, num_codewords=8, exact_top_codewords=-1)
+    for weight in (0.0, 1.0):
+        with pytest.raises(ValueError, match="exact-top weight"):
+            MIDXSampler(NUM_ITEMS, 20, num_codewords=8, exact_top_codewords=2,
+                        exact_top_weight=weight)
     with pytest.raises(ValueError, match="num_codewords"):
         ProductCodebooks(num_codewords=64).fit(torch.randn(10, 4))

@@ -45,6 +45,10 @@ and for any other id. A cell is drawn in one of two ways:
   Each codebook's scores are shifted by their maximum before the exp; should the masses of a
   query chunk still underflow (scores hundreds apart), that chunk falls back to the table.
 
+Optionally (``exact_top_codewords = t > 0``) the proposal mixes in the exact softmax over the
+items of each query's top ``t**B`` cells (:mod:`recsys_midx.samplers.exact_top`): a draw comes
+from there with probability ``exact_top_weight``, and ``log q`` is the mixture's.
+
 Queries are processed in chunks to bound memory.
 """
 
@@ -67,6 +71,8 @@ from recsys_midx.samplers.base import (
     full_precision,
 )
 from recsys_midx.samplers.codebooks import Codebooks, IndexModule, make_codebooks
+from recsys_midx.samplers.exact_top import ExactTopCells, TopCellsState
+from recsys_midx.samplers.draws import draw_weighted, inverse_cdf, prefix_sum
 from recsys_midx.samplers.popularity import popularity_weights
 
 #: The dense ``K**B`` table is used when at least this fraction of its cells is non-empty.
@@ -74,66 +80,6 @@ _DENSE_MIN_FILL = 1.0 / 3.0
 
 #: Cap on ``query rows x items`` per chunk of the exact stage (its per-query tables are ``[N]``).
 _EXACT_CHUNK_ELEMENTS = 1 << 22
-
-
-def _prefix_sum(cum: Tensor, at: Tensor) -> Tensor:
-    """Sum of the first ``at`` weights, from an inclusive cumulative sum.
-
-    ``cum`` is ``[N]`` (shared by all queries) or ``[Q, N]`` (one per query, with ``at``
-    ``[Q, L]``).
-    """
-    before = (at - 1).clamp_min(0)
-    taken = cum[before] if cum.dim() == 1 else cum.gather(1, before)
-    return taken.masked_fill(at == 0, 0.0)
-
-
-def _inverse_cdf(
-    masses: Tensor, num_samples: int, generator: torch.Generator | None
-) -> tuple[Tensor, Tensor]:
-    """Indices drawn along the last dim in proportion to non-negative ``masses`` ``[..., C]``.
-
-    Returns ``[..., num_samples]`` indices and the totals ``[..., 1]``. ``masses`` is overwritten
-    with its cumsum. Zero-mass entries are never drawn: ``(1 - u) * total`` lies in
-    ``(0, total]``, and the first entry whose cumulative mass reaches it has positive mass.
-    """
-    cdf = masses.cumsum_(-1)
-    total = cdf[..., -1:]
-    u = torch.rand(
-        (*cdf.shape[:-1], num_samples), dtype=cdf.dtype, device=cdf.device, generator=generator
-    )
-    return torch.searchsorted(cdf, u.neg_().add_(1.0).mul_(total)), total
-
-
-def _draw_weighted(
-    cum: Tensor,
-    cell_cum: Tensor,
-    cells: Tensor,
-    offsets: Tensor,
-    generator: torch.Generator | None,
-) -> Tensor:
-    """Positions drawn inside ``cells`` in proportion to the weights whose cumsum is ``cum``.
-
-    Args:
-        cum: inclusive cumulative weights in cell order, ``[N]`` or ``[Q, N]`` (float64).
-        cell_cum: ``cum`` before each cell start, ``[C+1]`` or ``[Q, C+1]`` (the last entry is
-            the total), kept apart so a draw reads the big ``cum`` only in its search.
-        cells: ``[Q, M]`` cell indices.
-        offsets: ``[C+1]`` cell start positions.
-        generator: random generator, or ``None`` for the global one.
-
-    Returns:
-        ``[Q, M]`` positions in ``0..N-1``.
-    """
-    if cell_cum.dim() == 1:
-        base, end = cell_cum[cells], cell_cum[cells + 1]
-    else:
-        base, end = cell_cum.gather(1, cells), cell_cum.gather(1, cells + 1)
-    mass = end - base
-    u = torch.rand(cells.shape, dtype=cum.dtype, device=cum.device, generator=generator)
-    # (1 - u) is in (0, 1]: the target lies in (base, base + mass], so the first position whose
-    # cumulative weight reaches it has positive weight. The clamp only absorbs rounding.
-    target = base.add_(u.neg_().add_(1.0).mul_(mass))
-    return torch.searchsorted(cum, target).clamp_(offsets[cells], offsets[cells + 1] - 1)
 
 
 class _CodePairGrid(NamedTuple):
@@ -258,7 +204,7 @@ class _PopularityStage(_LastStage):
         self.counts = counts.to(torch.float64)
         self.log_weights = weights.log().float()
         self.cum_weights = weights[order].cumsum(0)
-        self.cell_cum_weights = _prefix_sum(self.cum_weights, offsets)
+        self.cell_cum_weights = prefix_sum(self.cum_weights, offsets)
         self.log_cell_weights = self.cell_cum_weights.diff().log().float()
 
     def cell_log_weight(self, state: None) -> Tensor:
@@ -267,7 +213,7 @@ class _PopularityStage(_LastStage):
     def draw(
         self, state: None, cells: Tensor, offsets: Tensor, generator: torch.Generator | None
     ) -> Tensor:
-        return _draw_weighted(self.cum_weights, self.cell_cum_weights, cells, offsets, generator)
+        return draw_weighted(self.cum_weights, self.cell_cum_weights, cells, offsets, generator)
 
     def item_log_weight(self, state: None, ids: Tensor) -> Tensor:
         return self.log_weights[ids]
@@ -330,7 +276,7 @@ class _ExactStage(_LastStage):
         )
         shifted = (scores - cell_max.gather(1, cell_index)).exp_()
         cum = shifted.cumsum(1, dtype=torch.float64)
-        cell_cum = _prefix_sum(cum, offsets.expand(rows, -1))
+        cell_cum = prefix_sum(cum, offsets.expand(rows, -1))
         log_cell_weights = cell_cum.diff(dim=1).log().float() + cell_max
         return _ExactState(cum, cell_cum, log_cell_weights, scores)
 
@@ -340,7 +286,7 @@ class _ExactStage(_LastStage):
     def draw(
         self, state: _ExactState, cells: Tensor, offsets: Tensor, generator: torch.Generator | None
     ) -> Tensor:
-        return _draw_weighted(state.cum, state.cell_cum, cells, offsets, generator)
+        return draw_weighted(state.cum, state.cell_cum, cells, offsets, generator)
 
     def item_log_weight(self, state: _ExactState, ids: Tensor) -> Tensor:
         return state.residual_scores.gather(1, self.positions[ids])
@@ -372,6 +318,11 @@ class MIDXSampler(Sampler, IndexModule):
             masses factorise (two codebooks, uniform or popularity stage), else from the table;
             ``"auto"`` (default) in two stages only when that is cheaper (see the module
             docstring). The draws follow the same distribution either way.
+        exact_top_codewords: ``t``; when positive, the exact softmax over the items whose codes
+            are among each codebook's ``t`` best codewords for the query is mixed into the
+            proposal (see :mod:`recsys_midx.samplers.exact_top`). It costs a snapshot of the
+            item table in the state and ``|top cells| * D`` multiply-adds per query.
+        exact_top_weight: the probability of a draw from those top cells, in ``(0, 1)``.
         query_chunk_size: queries processed at once. Temporaries stay below roughly
             ``query_chunk_size * (8 * #cells + 250 * M)`` bytes (measured), besides the
             ``12 * Q * M`` bytes of output; the exact stage further caps ``rows x N``.
@@ -382,7 +333,8 @@ class MIDXSampler(Sampler, IndexModule):
     Raises:
         ValueError: for an unknown ``quantizer``, ``last_stage`` or ``cell_draw``, ``K > N``, a
             size below 1, ``K**B`` beyond 2**62 (cell keys are int64), a non-finite
-            ``pop_alpha`` or a negative ``pop_smoothing``.
+            ``pop_alpha``, a negative ``pop_smoothing`` or ``exact_top_codewords``, or an
+            ``exact_top_weight`` outside ``(0, 1)``.
 
     Example:
         >>> sampler = MIDXSampler(num_items=1000, num_negatives=10, num_codewords=16)
@@ -406,6 +358,8 @@ class MIDXSampler(Sampler, IndexModule):
         warm_start_iters: int = 5,
         seed: int = 0,
         cell_draw: str = "auto",
+        exact_top_codewords: int = 0,
+        exact_top_weight: float = 0.5,
         query_chunk_size: int = 1024,
         refresh_every_n_steps: int = 0,
         refresh_every_n_epochs: int = 1,
@@ -456,6 +410,11 @@ class MIDXSampler(Sampler, IndexModule):
             seed=seed,
         )
         self.stage: _LastStage = stages[last_stage]()
+        if exact_top_codewords < 0:
+            raise ValueError(f"exact_top_codewords must be >= 0, got {exact_top_codewords}")
+        self.exact_top = (
+            ExactTopCells(exact_top_codewords, exact_top_weight) if exact_top_codewords else None
+        )
         #: ids in cell order (items of cell c are ``order[offsets[c]:offsets[c+1]]``).
         self.register_buffer("order", torch.empty(0, dtype=torch.long))
         self.register_buffer("cell_offsets", torch.empty(0, dtype=torch.long))
@@ -503,6 +462,8 @@ class MIDXSampler(Sampler, IndexModule):
         self.cell_offsets = offsets
         self.cell_codes = self._decode_keys(present)
         self.stage.rebuild(self.order, offsets, item_emb, item_counts, self.codebooks)
+        if self.exact_top is not None:
+            self.exact_top.rebuild(item_emb)
 
     @torch.no_grad()
     def sample(
@@ -545,9 +506,17 @@ class MIDXSampler(Sampler, IndexModule):
                 scores, state, log_z, cells = drawn
                 positions = self.stage.draw(state, cells, self.cell_offsets, generator)
                 chunk_ids = self.order[positions.clamp_(0, self.num_items - 1)]
+                if self.exact_top is None:
+                    # The drawn items' codes are their cells' codes: a lookup in the small table.
+                    codes = self.cell_codes[cells]
+                    log_q[rows] = self._log_q(scores, state, log_z, chunk_ids, codes)
+                else:
+                    top = self._prepare_exact_top(z, scores)
+                    chunk_ids = self.exact_top.mix_draws(top, chunk_ids, generator)
+                    codes = self.codebooks.codes[chunk_ids - 1]
+                    log_q_rest = self._log_q(scores, state, log_z, chunk_ids, codes)
+                    log_q[rows] = self.exact_top.mix_log_prob(top, z, chunk_ids, codes, log_q_rest)
                 ids[rows] = chunk_ids
-                # The drawn items' codes are their cells' codes: a lookup in the small cell table.
-                log_q[rows] = self._log_q(scores, state, log_z, chunk_ids, self.cell_codes[cells])
         return ids, log_q
 
     @torch.no_grad()
@@ -577,7 +546,11 @@ class MIDXSampler(Sampler, IndexModule):
                 chunk_ids = flat[rows]
                 # id 0 has no codes; any row will do, since _log_q masks it.
                 codes = self.codebooks.codes[(chunk_ids - 1).clamp_min(0)]
-                out[rows] = self._log_q(scores, state, log_z, chunk_ids, codes)
+                log_q = self._log_q(scores, state, log_z, chunk_ids, codes)
+                if self.exact_top is not None:
+                    top = self._prepare_exact_top(z, scores)
+                    log_q = self.exact_top.mix_log_prob(top, z, chunk_ids, codes, log_q)
+                out[rows] = log_q
         return out.view(ids.shape)
 
     @torch.no_grad()
@@ -601,7 +574,16 @@ class MIDXSampler(Sampler, IndexModule):
                 scores, state, log_z = self._log_normaliser(z, grid)
                 log_q = self._summed_codeword_scores(scores, self.codebooks.codes)
                 log_q += self.stage.item_log_weight(state, ids.expand(z.shape[0], -1))
-                out[rows] = log_q.sub_(log_z)
+                log_q.sub_(log_z)
+                if self.exact_top is not None:
+                    log_q = self.exact_top.mix_catalog_log_prob(
+                        self._prepare_exact_top(z, scores),
+                        z,
+                        self.codebooks.codes,
+                        self.codebooks.num_codewords,
+                        log_q,
+                    )
+                out[rows] = log_q
         return out
 
     def extra_repr(self) -> str:
@@ -695,9 +677,9 @@ class MIDXSampler(Sampler, IndexModule):
         if factorised is None:
             return None
         scores, masses, e_2, shift = factorised
-        k_1, total = _inverse_cdf(masses, num_samples, generator)
+        k_1, total = inverse_cdf(masses, num_samples, generator)
         conditional = grid.weights[k_1].mul_(e_2.unsqueeze(1))
-        k_2, _ = _inverse_cdf(conditional, 1, generator)
+        k_2, _ = inverse_cdf(conditional, 1, generator)
         pairs = k_1 * self.codebooks.num_codewords + k_2.squeeze(2)
         cells = pairs if grid.cells is None else grid.cells[pairs]
         return scores, None, shift + total.log(), cells
@@ -709,7 +691,7 @@ class MIDXSampler(Sampler, IndexModule):
         per-query cell table."""
         scores, state, table = self._cell_table(z)
         peak = table.amax(1, keepdim=True)
-        cells, total = _inverse_cdf(table.sub_(peak).exp_(), num_samples, generator)
+        cells, total = inverse_cdf(table.sub_(peak).exp_(), num_samples, generator)
         return scores, state, peak + total.log(), cells
 
     def _log_normaliser(
@@ -762,6 +744,27 @@ class MIDXSampler(Sampler, IndexModule):
         codeword_scores = scores.gather(1, flat_codes.flatten(1)).view(codes.shape).sum(2)
         log_q = codeword_scores + self.stage.item_log_weight(state, ids) - log_z
         return log_q.masked_fill_(ids == 0, -math.inf)
+
+    def _prepare_exact_top(self, z: Tensor, scores: Tensor) -> TopCellsState:
+        """The exact-top state of a query chunk (requires ``exact_top``)."""
+        assert self.exact_top is not None
+        return self.exact_top.prepare(
+            z,
+            scores,
+            self.codebooks.num_codewords,
+            self._cells_of_keys,
+            self.order,
+            self.cell_offsets,
+        )
+
+    def _cells_of_keys(self, keys: Tensor) -> tuple[Tensor, Tensor]:
+        """Table index of each cell key and whether the cell is in the table (a sparse table
+        holds only the non-empty cells, in key order)."""
+        if self.is_dense:
+            return keys, torch.ones_like(keys, dtype=torch.bool)
+        table_keys = self._cell_keys(self.cell_codes)
+        cells = torch.searchsorted(table_keys, keys).clamp_max_(table_keys.numel() - 1)
+        return cells, table_keys[cells] == keys
 
     def _radix(self, device: torch.device) -> Tensor:
         """``[K**(B-1), ..., K, 1]``: the place values of the mixed-radix cell keys."""

@@ -1,0 +1,225 @@
+"""The exact softmax over a query's top cells, mixed into a MIDX proposal.
+
+A MIDX proposal scores item ``i`` by its codewords, ``z.c_i``, and misses ``z.v_i`` by the
+residual term ``z.r_i``: the quantisation error times the query norm, several nats for a
+confident model. The items that matter most, the hard negatives that carry the softmax's mass
+besides the positive, lie in the cells whose codewords score highest. This component scores
+those items exactly: with ``T_b(z)`` the ``t`` best codewords of codebook ``b`` (the inverted
+multi-index's neighbourhood of the query), the top region is
+
+    H(z) = {i : k_b(i) in T_b(z) for every b},
+
+``t**B`` cells, and the proposal becomes the mixture
+
+    q(i | z) = (1 - lam) * q_midx(i | z) + lam * [i in H(z)] * exp(z.v_i) / Z_H(z),
+    Z_H(z) = sum_{i in H(z)} exp(z.v_i),
+
+which is still a normalised distribution over all items with a ``log q`` known for any id: a
+draw is from the exact head with probability ``lam`` and from the MIDX proposal otherwise
+(``lam`` is 0 for a query whose top cells are all empty). Its cost per query is ``|H(z)| * D``
+multiply-adds (no gradient), against ``N * D`` for the exact softmax; ``|H(z)|`` is about
+``t**B * N / #cells`` on a diffuse catalog and more near dense regions.
+
+The exact scores use a snapshot of the item table taken at the proposal's last rebuild, so a
+draw and its ``log q`` agree between rebuilds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from recsys_midx.samplers.codebooks import IndexModule
+from recsys_midx.samplers.draws import draw_weighted, prefix_sum
+
+#: Cap on ``neighbourhood items x D`` scored at once.
+_SCORE_BLOCK_ELEMENTS = 1 << 22
+
+
+class TopCellsState(NamedTuple):
+    """Per-chunk state of the top-cell head, its items laid out query by query."""
+
+    #: ``[Qc, B, t]`` each codebook's ``t`` best codewords per query.
+    top_codes: Tensor
+    #: ``[Qc, 1]`` ``log lam`` (``-inf`` where the top cells are all empty).
+    log_weight: Tensor
+    #: ``[Qc, 1]`` ``log (1 - lam)`` (0 where the top cells are all empty).
+    log_rest_weight: Tensor
+    #: ``[Qc, 1]`` ``log Z_H`` (``-inf`` where the top cells are all empty).
+    log_normaliser: Tensor
+    #: ``[T]`` ids of every query's top-cell items, query after query.
+    ids: Tensor
+    #: ``[T]`` float64 inclusive cumsum of ``exp(z.v - max over the query's items)``.
+    cum: Tensor
+    #: ``[Qc + 1]`` ``cum`` before each query's items (last entry: the total).
+    query_cum: Tensor
+    #: ``[Qc + 1]`` start of each query's items in the flat layout.
+    query_offsets: Tensor
+
+
+class ExactTopCells(IndexModule):
+    """Mixes the exact softmax over each query's top ``t**B`` cells into a MIDX proposal.
+
+    See the module docstring for the proposal. The owner (a MIDX sampler) passes its cell
+    layout to :meth:`prepare`; the component keeps only a snapshot of the item table.
+
+    Args:
+        top_codewords: ``t``, codewords per codebook that span a query's top cells (>= 1).
+        weight: ``lam``, the probability of a draw from the exact head, in ``(0, 1)``.
+
+    Raises:
+        ValueError: if ``top_codewords < 1`` or ``weight`` is not in ``(0, 1)``.
+    """
+
+    def __init__(self, top_codewords: int, weight: float) -> None:
+        super().__init__()
+        if top_codewords < 1:
+            raise ValueError(f"top_codewords must be >= 1, got {top_codewords}")
+        if not 0.0 < weight < 1.0:
+            # lam = 1 would leave the items outside the top cells undrawable (log q = -inf).
+            raise ValueError(f"the exact-top weight must be in (0, 1), got {weight}")
+        self.top_codewords = int(top_codewords)
+        self.weight = float(weight)
+        self.register_buffer("items", torch.empty(0, 0))
+
+    def rebuild(self, item_emb: Tensor) -> None:
+        """Snapshot the item table ``[N+1, D]`` (a copy: the live table keeps training)."""
+        self.items = item_emb.detach().float().clone()
+
+    def prepare(
+        self,
+        z: Tensor,
+        scores: Tensor,
+        num_codewords: int,
+        cells_of_keys: Callable[[Tensor], tuple[Tensor, Tensor]],
+        order: Tensor,
+        offsets: Tensor,
+    ) -> TopCellsState:
+        """Find each query's top cells and score their items exactly.
+
+        Args:
+            z: ``[Qc, D]`` float32 queries.
+            scores: ``[Qc, B*K]`` codeword scores of ``z``.
+            num_codewords: ``K``.
+            cells_of_keys: maps cell keys ``[Qc, C']`` (row-major in the ``K**B`` grid) to cell
+                indices and whether each cell is in the table.
+            order: ``[N]`` ids in cell order.
+            offsets: ``[C+1]`` cell starts in ``order``.
+        """
+        rows = z.shape[0]
+        per_book = scores.view(rows, -1, num_codewords)
+        top_codes = per_book.topk(min(self.top_codewords, num_codewords), dim=2).indices
+        keys = top_codes[:, 0]
+        for b in range(1, per_book.shape[1]):
+            keys = (keys.unsqueeze(2) * num_codewords + top_codes[:, b].unsqueeze(1)).flatten(1)
+        cells, present = cells_of_keys(keys)
+        starts = offsets[cells]
+        counts = torch.where(present, offsets[cells + 1] - starts, 0)
+        per_query = counts.sum(1)
+        ids = order[_segment_positions(starts.flatten(), counts.flatten())]
+        query_offsets = torch.cat([per_query.new_zeros(1), per_query.cumsum(0)])
+        exact = self._item_scores(z, per_query, query_offsets, ids)
+        query_of = torch.repeat_interleave(torch.arange(rows, device=z.device), per_query)
+        peak = exact.new_full((rows,), -math.inf).scatter_reduce_(0, query_of, exact, "amax")
+        cum = (exact - peak[query_of]).exp_().cumsum(0, dtype=torch.float64)
+        # prefix_sum reads cum[0]: without any top-cell item in the chunk every sum is 0.
+        query_cum = prefix_sum(cum, query_offsets) if cum.numel() else cum.new_zeros(rows + 1)
+        log_normaliser = (query_cum.diff().log().float() + peak).unsqueeze(1)
+        empty = (per_query == 0).unsqueeze(1)
+        log_weight = torch.full_like(log_normaliser, math.log(self.weight))
+        log_rest = torch.full_like(log_normaliser, math.log1p(-self.weight))
+        return TopCellsState(
+            top_codes,
+            log_weight.masked_fill_(empty, -math.inf),
+            log_rest.masked_fill_(empty, 0.0),
+            log_normaliser,
+            ids,
+            cum,
+            query_cum,
+            query_offsets,
+        )
+
+    def mix_draws(
+        self, state: TopCellsState, ids: Tensor, generator: torch.Generator | None
+    ) -> Tensor:
+        """Replace each of the MIDX draws ``ids`` ``[Qc, M]`` by a draw from the exact head with
+        probability ``lam`` (never for a query whose top cells are empty)."""
+        if state.ids.numel() == 0:
+            return ids
+        u = torch.rand(ids.shape, device=ids.device, generator=generator)
+        from_head = u < state.log_weight.exp()
+        query = torch.arange(ids.shape[0], device=ids.device).unsqueeze(1).expand_as(ids)
+        positions = draw_weighted(
+            state.cum, state.query_cum, query, state.query_offsets, generator
+        )
+        # Empty-head queries never take a head draw; the clamp keeps their unused index valid.
+        head_ids = state.ids[positions.clamp_(0, state.ids.numel() - 1)]
+        return torch.where(from_head, head_ids, ids)
+
+    def mix_log_prob(
+        self, state: TopCellsState, z: Tensor, ids: Tensor, codes: Tensor, log_q_rest: Tensor
+    ) -> Tensor:
+        """The mixture's ``log q`` of ``ids`` ``[Qc, L]`` (codes ``[Qc, L, B]``), given the MIDX
+        proposal's ``log_q_rest`` ``[Qc, L]`` (``-inf`` for id 0)."""
+        in_top = (codes.unsqueeze(3) == state.top_codes.unsqueeze(1)).any(3).all(2)
+        in_top &= ids > 0
+        exact = torch.einsum("qd,qld->ql", z, self.items[ids])
+        return self._mix(state, in_top, exact, log_q_rest)
+
+    def mix_catalog_log_prob(
+        self,
+        state: TopCellsState,
+        z: Tensor,
+        codes: Tensor,
+        num_codewords: int,
+        log_q_rest: Tensor,
+    ) -> Tensor:
+        """The mixture's ``log q`` of every item ``1..N`` (codes ``[N, B]``, ``K`` codewords),
+        given the MIDX proposal's ``[Qc, N]``; ``O(N * D)`` per query, for diagnostics."""
+        rows, num_books, _ = state.top_codes.shape
+        is_top = torch.zeros(rows, num_books, num_codewords, dtype=torch.bool, device=z.device)
+        is_top.scatter_(2, state.top_codes, True)
+        in_top = is_top[:, 0].index_select(1, codes[:, 0])
+        for b in range(1, num_books):
+            in_top &= is_top[:, b].index_select(1, codes[:, b])
+        return self._mix(state, in_top, z @ self.items[1:].T, log_q_rest)
+
+    def extra_repr(self) -> str:
+        return f"top_codewords={self.top_codewords}, weight={self.weight}"
+
+    @staticmethod
+    def _mix(state: TopCellsState, in_top: Tensor, exact: Tensor, log_q_rest: Tensor) -> Tensor:
+        """``log((1 - lam) q_rest + lam [in top] exp(exact) / Z_H)``."""
+        head = torch.where(in_top, exact - state.log_normaliser, -math.inf)
+        return torch.logaddexp(log_q_rest + state.log_rest_weight, head + state.log_weight)
+
+    def _item_scores(
+        self, z: Tensor, per_query: Tensor, query_offsets: Tensor, ids: Tensor
+    ) -> Tensor:
+        """Exact scores ``[T]`` of the items ``ids`` laid out query after query, in blocks of
+        whole queries that bound the gathered rows. Each query row is repeated in order rather
+        than gathered (measured 1.5-2x faster than two gathers on one CPU thread)."""
+        out = z.new_empty(ids.shape)
+        limit = max(1, _SCORE_BLOCK_ELEMENTS // z.shape[1])
+        bounds = query_offsets.tolist()
+        first = 0
+        while first < z.shape[0]:
+            last = max(first + 1, bisect.bisect_right(bounds, bounds[first] + limit) - 1)
+            lo, hi = bounds[first], bounds[last]
+            rows = z[first:last].repeat_interleave(per_query[first:last], dim=0, output_size=hi - lo)
+            out[lo:hi] = torch.einsum("td,td->t", rows, self.items.index_select(0, ids[lo:hi]))
+            first = last
+        return out
+
+
+def _segment_positions(starts: Tensor, counts: Tensor) -> Tensor:
+    """``cat([arange(s, s + c) for s, c in zip(starts, counts)])`` without a Python loop."""
+    total = int(counts.sum())
+    first = torch.cumsum(counts, 0) - counts
+    within = torch.arange(total, device=counts.device) - torch.repeat_interleave(first, counts)
+    return torch.repeat_interleave(starts, counts) + within
