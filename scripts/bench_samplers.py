@@ -16,6 +16,7 @@ Example:
     python scripts/bench_samplers.py --device cuda
     python scripts/bench_samplers.py --sizes 1e5 --samplers midx --negatives 32 --codewords 128 \
         --cell-draws table two_stage
+    python scripts/bench_samplers.py --sizes 1e5 1e6 --samplers midx midx+top8 --exact-tops 8
 """
 
 from __future__ import annotations
@@ -98,10 +99,12 @@ def make_catalog(
 
 
 def sampler_factories(
-    num_negatives: int, num_codewords: int, cell_draws: list[str]
+    num_negatives: int, num_codewords: int, cell_draws: list[str], exact_tops: list[int]
 ) -> dict[str, Callable[[int], Sampler]]:
     """Constructors ``N -> sampler`` by name; with several ``cell_draws`` each MIDX sampler
-    appears once per way of drawing cells, named ``"midx (table)"`` and so on."""
+    appears once per way of drawing cells, named ``"midx (table)"`` and so on. Each of
+    ``exact_tops`` adds ``"midx+topT"``: MIDX with the exact softmax over the top ``T**2``
+    cells mixed in."""
     factories: dict[str, Callable[[int], Sampler]] = {
         "uniform": lambda n: UniformSampler(n, num_negatives),
         "popularity": lambda n: PopularitySampler(n, num_negatives, alpha=0.75, smoothing=1.0),
@@ -111,6 +114,7 @@ def sampler_factories(
         "midx_pop": {"last_stage": "popularity"},
         "midx_rq": {"quantizer": "rq"},
         "midx_exact": {"last_stage": "exact"},
+        **{f"midx+top{t}": {"exact_top_codewords": t} for t in exact_tops},
     }
     for name, kwargs in midx_variants.items():
         for draw in cell_draws:
@@ -254,6 +258,13 @@ def parse_args() -> argparse.Namespace:
         choices=["auto", "table", "two_stage"],
         help="MIDX cell_draw settings; several give one row per setting",
     )
+    parser.add_argument(
+        "--exact-tops",
+        type=int,
+        nargs="*",
+        default=[],
+        help="add a 'midx+topT' row per T: the exact softmax over the top T**2 cells mixed in",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="default: torch's default")
     parser.add_argument("--device", type=torch.device, default=torch.device("cpu"),
@@ -265,7 +276,9 @@ def main() -> None:
     args = parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    factories = sampler_factories(args.negatives, args.codewords, args.cell_draws)
+    factories = sampler_factories(
+        args.negatives, args.codewords, args.cell_draws, args.exact_tops
+    )
     # "midx" selects all of its --cell-draws rows ("midx (table)", ...).
     bases = {label: label.split(" (")[0] for label in factories}
     wanted = set(args.samplers or bases.values())
