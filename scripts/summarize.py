@@ -39,7 +39,7 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
                 "dataset": config["dataset"]["name"],
                 "model": config["model"]["_target_"].rsplit(".", 1)[-1],
                 "head": _head_name(config),
-                "sampler": _sampler_name(sampler),
+                "sampler": _sampler_name(sampler, config.get("loss", {})),
                 "negatives": sampler.get("num_negatives") if "Full" not in sampler["_target_"]
                 else None,
                 "seed": config["seed"],
@@ -65,18 +65,24 @@ def _head_name(config: dict) -> str:
     return name if objective.endswith("SoftmaxLoss") or not objective else f"{name}, {objective}"
 
 
-def _sampler_name(sampler: dict) -> str:
+def _sampler_name(sampler: dict, loss: dict) -> str:
     """Readable sampler name: the class, with MIDX's quantiser and last stage, and its codewords
-    per codebook and step refresh schedule where they differ from the defaults (64, none)."""
+    per codebook, step refresh schedule and exact top cells where they differ from the defaults
+    (64, none, none); "exact positives" when a sampled softmax counts the positive exactly."""
     name = sampler["_target_"].rsplit(".", 1)[-1].removesuffix("Sampler").lower()
-    if name != "midx":
+    if name == "full":
         return name
-    parts = [sampler.get("quantizer", "pq"), sampler.get("last_stage", "uniform")]
-    if sampler.get("num_codewords", 64) != 64:
-        parts.append(f"K={sampler['num_codewords']}")
-    if sampler.get("refresh_every_n_steps"):
-        parts.append(f"refresh/{sampler['refresh_every_n_steps']} steps")
-    return f"midx[{','.join(parts)}]"
+    if name == "midx":
+        parts = [sampler.get("quantizer", "pq"), sampler.get("last_stage", "uniform")]
+        if sampler.get("num_codewords", 64) != 64:
+            parts.append(f"K={sampler['num_codewords']}")
+        if sampler.get("refresh_every_n_steps"):
+            parts.append(f"refresh/{sampler['refresh_every_n_steps']} steps")
+        if sampler.get("exact_top_codewords"):
+            parts.append(f"exact top {sampler['exact_top_codewords']}")
+        name = f"midx[{','.join(parts)}]"
+    sampled_softmax = loss.get("_target_", "").endswith("SoftmaxLoss")
+    return f"{name}, exact positives" if sampled_softmax and loss.get("exact_positives") else name
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:

@@ -111,12 +111,23 @@ def test_heads_and_objectives_are_groups_of_their_own(tmp_path: Path) -> None:
 
 
 
-def test_midx_names_show_non_default_codewords_and_step_refresh() -> None:
+def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> None:
     sys.path.insert(0, str(ROOT / "scripts"))
     from summarize import _sampler_name
 
     midx = {"_target_": "recsys_midx.samplers.MIDXSampler", "num_codewords": 64,
             "refresh_every_n_steps": 0}
-    assert _sampler_name(midx) == "midx[pq,uniform]"
+    softmax = {"_target_": "recsys_midx.losses.SoftmaxLoss", "exact_positives": False}
+    assert _sampler_name(midx, softmax) == "midx[pq,uniform]"
     finer = {**midx, "num_codewords": 256, "refresh_every_n_steps": 10, "quantizer": "rq"}
-    assert _sampler_name(finer) == "midx[rq,uniform,K=256,refresh/10 steps]"
+    assert _sampler_name(finer, softmax) == "midx[rq,uniform,K=256,refresh/10 steps]"
+    top = {**midx, "exact_top_codewords": 8}
+    exact_positives = {**softmax, "exact_positives": True}
+    assert _sampler_name(top, exact_positives) == "midx[pq,uniform,exact top 8], exact positives"
+    uniform = {"_target_": "recsys_midx.samplers.UniformSampler"}
+    assert _sampler_name(uniform, exact_positives) == "uniform, exact positives"
+    # EDRep's exact positives are its own (the sampler's negatives are not used).
+    edrep = {"_target_": "recsys_midx.losses.EDRepLoss", "exact_positives": True}
+    assert _sampler_name(uniform, edrep) == "uniform"
+    full = {"_target_": "recsys_midx.samplers.FullSampler"}
+    assert _sampler_name(full, exact_positives) == "full"
