@@ -94,6 +94,26 @@ def test_unknown_sampler_lists_the_valid_options(tmp_path):
         assert option in message
 
 
+#: The command-line overrides that conf/experiment/synthetic-100k.yaml stands for.
+SYNTHETIC_100K = (
+    "dataset.name=synthetic-100k", "dataset.num_items=100000", "dataset.num_users=10000",
+    "dataset.num_topics=100", "model.max_len=20", "model.dim=32", "sampler.num_negatives=32",
+    "task.module.optimizer.lr=0.005", "trainer.max_epochs=30", "callbacks.early_stopping.patience=3",
+)
+
+
+@pytest.mark.parametrize("sampler", ["full", "midx", "uniform"])
+def test_experiment_composes_to_its_overrides_and_yields_to_the_command_line(compose_config,
+                                                                             sampler):
+    named = compose_config(["experiment=synthetic-100k", f"sampler={sampler}"])
+    spelled_out = compose_config([*SYNTHETIC_100K, f"sampler={sampler}"])
+    assert named == spelled_out
+    assert named.sampler._target_.endswith(SAMPLERS[sampler])
+    later = compose_config(["experiment=synthetic-100k", "sampler.num_negatives=8", "model.dim=16"])
+    assert (later.sampler.num_negatives, later.model.dim) == (8, 16)
+    assert later.dataset.num_items == 100000
+
+
 def test_resumed_run_keeps_the_checkpointed_midx_proposal(compose_config, tmp_path):
     train(compose_config([*TINY_RUN, *sampler_overrides("midx")]))
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
