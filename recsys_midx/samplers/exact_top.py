@@ -112,10 +112,9 @@ class ExactTopCells(IndexModule):
             offsets: ``[C+1]`` cell starts in ``order``.
         """
         rows = z.shape[0]
-        per_book = scores.view(rows, -1, num_codewords)
-        top_codes = per_book.topk(min(self.top_codewords, num_codewords), dim=2).indices
+        top_codes = self._top_codes(scores, num_codewords)
         keys = top_codes[:, 0]
-        for b in range(1, per_book.shape[1]):
+        for b in range(1, top_codes.shape[1]):
             keys = (keys.unsqueeze(2) * num_codewords + top_codes[:, b].unsqueeze(1)).flatten(1)
         cells, present = cells_of_keys(keys)
         starts = offsets[cells]
@@ -130,13 +129,11 @@ class ExactTopCells(IndexModule):
         # prefix_sum reads cum[0]: without any top-cell item in the chunk every sum is 0.
         query_cum = prefix_sum(cum, query_offsets) if cum.numel() else cum.new_zeros(rows + 1)
         log_normaliser = (query_cum.diff().log().float() + peak).unsqueeze(1)
-        empty = (per_query == 0).unsqueeze(1)
-        log_weight = torch.full_like(log_normaliser, math.log(self.weight))
-        log_rest = torch.full_like(log_normaliser, math.log1p(-self.weight))
+        log_weight, log_rest = self._log_weights((per_query == 0).unsqueeze(1))
         return TopCellsState(
             top_codes,
-            log_weight.masked_fill_(empty, -math.inf),
-            log_rest.masked_fill_(empty, 0.0),
+            log_weight,
+            log_rest,
             log_normaliser,
             ids,
             cum,
@@ -169,34 +166,55 @@ class ExactTopCells(IndexModule):
         in_top = (codes.unsqueeze(3) == state.top_codes.unsqueeze(1)).any(3).all(2)
         in_top &= ids > 0
         exact = torch.einsum("qd,qld->ql", z, self.items[ids])
-        return self._mix(state, in_top, exact, log_q_rest)
+        return _mix(
+            in_top, exact, state.log_normaliser, state.log_weight, state.log_rest_weight, log_q_rest
+        )
 
     def mix_catalog_log_prob(
         self,
-        state: TopCellsState,
         z: Tensor,
+        scores: Tensor,
         codes: Tensor,
         num_codewords: int,
         log_q_rest: Tensor,
     ) -> Tensor:
-        """The mixture's ``log q`` of every item ``1..N`` (codes ``[N, B]``, ``K`` codewords),
-        given the MIDX proposal's ``[Qc, N]``; ``O(N * D)`` per query, for diagnostics."""
-        rows, num_books, _ = state.top_codes.shape
+        """The mixture's ``log q`` of every item ``1..N`` ``[Qc, N]``, given the MIDX proposal's.
+
+        Needs no per-query layout: ``Z_H`` is summed from the catalog's scores, ``O(N * D)`` per
+        query (for diagnostics).
+
+        Args:
+            z: ``[Qc, D]`` float32 queries.
+            scores: ``[Qc, B*K]`` codeword scores of ``z``.
+            codes: ``[N, B]`` codes of items ``1..N``.
+            num_codewords: ``K``.
+            log_q_rest: ``[Qc, N]`` the MIDX proposal's ``log q``.
+        """
+        top_codes = self._top_codes(scores, num_codewords)
+        rows, num_books, _ = top_codes.shape
         is_top = torch.zeros(rows, num_books, num_codewords, dtype=torch.bool, device=z.device)
-        is_top.scatter_(2, state.top_codes, True)
+        is_top.scatter_(2, top_codes, True)
         in_top = is_top[:, 0].index_select(1, codes[:, 0])
         for b in range(1, num_books):
             in_top &= is_top[:, b].index_select(1, codes[:, b])
-        return self._mix(state, in_top, z @ self.items[1:].T, log_q_rest)
+        exact = z @ self.items[1:].T
+        log_normaliser = exact.masked_fill(~in_top, -math.inf).logsumexp(1, keepdim=True)
+        log_weight, log_rest = self._log_weights(~in_top.any(1, keepdim=True))
+        return _mix(in_top, exact, log_normaliser, log_weight, log_rest, log_q_rest)
 
     def extra_repr(self) -> str:
         return f"top_codewords={self.top_codewords}, weight={self.weight}"
 
-    @staticmethod
-    def _mix(state: TopCellsState, in_top: Tensor, exact: Tensor, log_q_rest: Tensor) -> Tensor:
-        """``log((1 - lam) q_rest + lam [in top] exp(exact) / Z_H)``."""
-        head = torch.where(in_top, exact - state.log_normaliser, -math.inf)
-        return torch.logaddexp(log_q_rest + state.log_rest_weight, head + state.log_weight)
+    def _top_codes(self, scores: Tensor, num_codewords: int) -> Tensor:
+        """``[Qc, B, t]`` each codebook's ``t`` best codewords for the queries' ``scores``."""
+        per_book = scores.view(scores.shape[0], -1, num_codewords)
+        return per_book.topk(min(self.top_codewords, num_codewords), dim=2).indices
+
+    def _log_weights(self, empty: Tensor) -> tuple[Tensor, Tensor]:
+        """``log lam`` and ``log (1 - lam)`` ``[Qc, 1]``; ``-inf`` and 0 where ``empty``."""
+        log_weight = torch.full(empty.shape, math.log(self.weight), device=empty.device)
+        log_rest = torch.full(empty.shape, math.log1p(-self.weight), device=empty.device)
+        return log_weight.masked_fill_(empty, -math.inf), log_rest.masked_fill_(empty, 0.0)
 
     def _item_scores(
         self, z: Tensor, per_query: Tensor, query_offsets: Tensor, ids: Tensor
@@ -215,6 +233,19 @@ class ExactTopCells(IndexModule):
             out[lo:hi] = torch.einsum("td,td->t", rows, self.items.index_select(0, ids[lo:hi]))
             first = last
         return out
+
+
+def _mix(
+    in_top: Tensor,
+    exact: Tensor,
+    log_normaliser: Tensor,
+    log_weight: Tensor,
+    log_rest_weight: Tensor,
+    log_q_rest: Tensor,
+) -> Tensor:
+    """``log((1 - lam) q_rest + lam [in top] exp(exact) / Z_H)``, all in logs."""
+    head = torch.where(in_top, exact - log_normaliser, -math.inf)
+    return torch.logaddexp(log_q_rest + log_rest_weight, head + log_weight)
 
 
 def _segment_positions(starts: Tensor, counts: Tensor) -> Tensor:

@@ -577,11 +577,7 @@ class MIDXSampler(Sampler, IndexModule):
                 log_q.sub_(log_z)
                 if self.exact_top is not None:
                     log_q = self.exact_top.mix_catalog_log_prob(
-                        self._prepare_exact_top(z, scores),
-                        z,
-                        self.codebooks.codes,
-                        self.codebooks.num_codewords,
-                        log_q,
+                        z, scores, self.codebooks.codes, self.codebooks.num_codewords, log_q
                     )
                 out[rows] = log_q
         return out
