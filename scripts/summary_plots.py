@@ -99,8 +99,12 @@ def _panels(
     # Wide enough for every bar and its value label once samplers are crossed with heads.
     bars = frame["label"].nunique() if len(frame) else 0
     width = max(6.5, 0.8 * bars + 2.0)
+    # Taller with longer (slanted) bar labels, which would otherwise squeeze the axes until the
+    # value labels run into the title.
+    longest = int(frame["label"].str.len().max()) if len(frame) else 0
+    height = 3.0 + max(1.5, 0.06 * longest)
     figure, axes = plt.subplots(
-        1, max(len(groups), 1), figsize=(width * max(len(groups), 1), 4.5), squeeze=False
+        1, max(len(groups), 1), figsize=(width * max(len(groups), 1), height), squeeze=False
     )
     for ax, ((dataset, model), panel) in zip(axes[0], groups):
         draw(ax, panel)
@@ -127,10 +131,12 @@ def _test_bars(ax: Axes, runs: pd.DataFrame) -> None:
 
 
 def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
+    styles = _variant_styles(sorted(epochs["label"].unique()))
     seen: set[str] = set()
     for (label, _), run in epochs.groupby(["label", "path"], sort=True):
-        ax.plot(run["elapsed"], run[f"val/{_METRIC}"], marker="o", markersize=3,
-                color=_colour(label), label=None if label in seen else label)
+        linestyle, marker = styles[label]
+        ax.plot(run["elapsed"], run[f"val/{_METRIC}"], marker=marker, markersize=3,
+                linestyle=linestyle, color=_colour(label), label=None if label in seen else label)
         seen.add(label)
     ax.set_xlabel("wall-clock seconds (training + validation, cumulative)")
     ax.set_ylabel("validation NDCG@10")
@@ -162,5 +168,21 @@ def _colour(label: str) -> str:
     """A stable colour per sampler family, so the three plots agree (``midx[pq,uniform] (M=32),
     plif`` is a ``midx``)."""
     palette = {"full": "C0", "uniform": "C1", "popularity": "C2", "midx": "C3", "inbatch": "C4"}
-    family = re.split(r"[\[ ,(]", label, maxsplit=1)[0]
-    return palette.get(family, "C5")
+    return palette.get(_family(label), "C5")
+
+
+def _family(label: str) -> str:
+    return re.split(r"[\[ ,(]", label, maxsplit=1)[0]
+
+
+def _variant_styles(labels: list[str]) -> dict[str, tuple[str, str]]:
+    """Line style and marker per label: the variants of one family share its colour, so the
+    curves tell them apart by style (first variant solid with dots, then dashed, dotted...)."""
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+    seen_in_family: dict[str, int] = {}
+    out = {}
+    for label in labels:
+        index = seen_in_family.get(_family(label), 0)
+        seen_in_family[_family(label)] = index + 1
+        out[label] = styles[index % len(styles)]
+    return out
