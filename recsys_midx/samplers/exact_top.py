@@ -21,7 +21,9 @@ multiply-adds (no gradient), against ``N * D`` for the exact softmax; ``|H(z)|``
 ``t**B * N / #cells`` on a diffuse catalog and more near dense regions.
 
 The exact scores use a snapshot of the item table taken at the proposal's last rebuild, so a
-draw and its ``log q`` agree between rebuilds.
+draw and its ``log q`` agree between rebuilds. The snapshot is stored in cell order: a query's
+top-cell items are then a few contiguous runs, which gather 2-3x faster than rows scattered over
+the table.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from torch import Tensor
 from recsys_midx.samplers.codebooks import IndexModule
 from recsys_midx.samplers.draws import draw_weighted, prefix_sum
 
-#: Cap on ``neighbourhood items x D`` scored at once.
-_SCORE_BLOCK_ELEMENTS = 1 << 22
+#: Cap on ``neighbourhood items x D`` scored at once: blocks of a few MB are reused by the
+#: allocator, where one large gather pays for fresh pages (measured 1.4x faster than 16 MB blocks).
+_SCORE_BLOCK_ELEMENTS = 1 << 20
 
 
 class TopCellsState(NamedTuple):
@@ -66,7 +69,8 @@ class ExactTopCells(IndexModule):
     """Mixes the exact softmax over each query's top ``t**B`` cells into a MIDX proposal.
 
     See the module docstring for the proposal. The owner (a MIDX sampler) passes its cell
-    layout to :meth:`prepare`; the component keeps only a snapshot of the item table.
+    layout to :meth:`rebuild` and :meth:`prepare`; the component keeps a snapshot of the item
+    table in cell order and each id's position in it.
 
     Args:
         top_codewords: ``t``, codewords per codebook that span a query's top cells (>= 1).
@@ -85,11 +89,18 @@ class ExactTopCells(IndexModule):
             raise ValueError(f"the exact-top weight must be in (0, 1), got {weight}")
         self.top_codewords = int(top_codewords)
         self.weight = float(weight)
-        self.register_buffer("items", torch.empty(0, 0))
+        #: ``[N, D]`` the item table at the last rebuild, row ``p`` holding item ``order[p]``.
+        self.register_buffer("items_in_cell_order", torch.empty(0, 0))
+        #: ``[N+1]`` the row of each id in ``items_in_cell_order`` (0 for the padding id).
+        self.register_buffer("position_of_id", torch.empty(0, dtype=torch.long))
 
-    def rebuild(self, item_emb: Tensor) -> None:
-        """Snapshot the item table ``[N+1, D]`` (a copy: the live table keeps training)."""
-        self.items = item_emb.detach().float().clone()
+    def rebuild(self, item_emb: Tensor, order: Tensor) -> None:
+        """Snapshot the item table ``[N+1, D]`` in the cell order ``order`` ``[N]`` (ids in cell
+        order): a copy, since the live table keeps training."""
+        self.items_in_cell_order = item_emb.detach().float().index_select(0, order)
+        position_of_id = torch.zeros(item_emb.shape[0], dtype=torch.long, device=order.device)
+        position_of_id[order] = torch.arange(order.numel(), device=order.device)
+        self.position_of_id = position_of_id
 
     def prepare(
         self,
@@ -120,9 +131,10 @@ class ExactTopCells(IndexModule):
         starts = offsets[cells]
         counts = torch.where(present, offsets[cells + 1] - starts, 0)
         per_query = counts.sum(1)
-        ids = order[_segment_positions(starts.flatten(), counts.flatten())]
+        positions = _segment_positions(starts.flatten(), counts.flatten())
         query_offsets = torch.cat([per_query.new_zeros(1), per_query.cumsum(0)])
-        exact = self._item_scores(z, per_query, query_offsets, ids)
+        exact = self._item_scores(z, per_query, query_offsets, positions)
+        ids = order[positions]
         query_of = torch.repeat_interleave(torch.arange(rows, device=z.device), per_query)
         peak = exact.new_full((rows,), -math.inf).scatter_reduce_(0, query_of, exact, "amax")
         cum = (exact - peak[query_of]).exp_().cumsum(0, dtype=torch.float64)
@@ -165,7 +177,8 @@ class ExactTopCells(IndexModule):
         proposal's ``log_q_rest`` ``[Qc, L]`` (``-inf`` for id 0)."""
         in_top = (codes.unsqueeze(3) == state.top_codes.unsqueeze(1)).any(3).all(2)
         in_top &= ids > 0
-        exact = torch.einsum("qd,qld->ql", z, self.items[ids])
+        items = self.items_in_cell_order[self.position_of_id[ids]]
+        exact = torch.einsum("qd,qld->ql", z, items)
         return _mix(
             in_top, exact, state.log_normaliser, state.log_weight, state.log_rest_weight, log_q_rest
         )
@@ -197,7 +210,7 @@ class ExactTopCells(IndexModule):
         in_top = is_top[:, 0].index_select(1, codes[:, 0])
         for b in range(1, num_books):
             in_top &= is_top[:, b].index_select(1, codes[:, b])
-        exact = z @ self.items[1:].T
+        exact = (z @ self.items_in_cell_order.T).index_select(1, self.position_of_id[1:])
         log_normaliser = exact.masked_fill(~in_top, -math.inf).logsumexp(1, keepdim=True)
         log_weight, log_rest = self._log_weights(~in_top.any(1, keepdim=True))
         return _mix(in_top, exact, log_normaliser, log_weight, log_rest, log_q_rest)
@@ -217,12 +230,13 @@ class ExactTopCells(IndexModule):
         return log_weight.masked_fill_(empty, -math.inf), log_rest.masked_fill_(empty, 0.0)
 
     def _item_scores(
-        self, z: Tensor, per_query: Tensor, query_offsets: Tensor, ids: Tensor
+        self, z: Tensor, per_query: Tensor, query_offsets: Tensor, positions: Tensor
     ) -> Tensor:
-        """Exact scores ``[T]`` of the items ``ids`` laid out query after query, in blocks of
-        whole queries that bound the gathered rows. Each query row is repeated in order rather
-        than gathered (measured 1.5-2x faster than two gathers on one CPU thread)."""
-        out = z.new_empty(ids.shape)
+        """Exact scores ``[T]`` of the items at cell-order ``positions``, laid out query after
+        query, in blocks of whole queries that bound the gathered rows. Each query row is
+        repeated in order rather than gathered (measured 1.5-2x faster than two gathers on one
+        CPU thread)."""
+        out = z.new_empty(positions.shape)
         limit = max(1, _SCORE_BLOCK_ELEMENTS // z.shape[1])
         bounds = query_offsets.tolist()
         first = 0
@@ -230,7 +244,8 @@ class ExactTopCells(IndexModule):
             last = max(first + 1, bisect.bisect_right(bounds, bounds[first] + limit) - 1)
             lo, hi = bounds[first], bounds[last]
             rows = z[first:last].repeat_interleave(per_query[first:last], dim=0, output_size=hi - lo)
-            out[lo:hi] = torch.einsum("td,td->t", rows, self.items.index_select(0, ids[lo:hi]))
+            items = self.items_in_cell_order.index_select(0, positions[lo:hi])
+            out[lo:hi] = torch.einsum("td,td->t", rows, items)
             first = last
         return out
 

@@ -463,7 +463,7 @@ class MIDXSampler(Sampler, IndexModule):
         self.cell_codes = self._decode_keys(present)
         self.stage.rebuild(self.order, offsets, item_emb, item_counts, self.codebooks)
         if self.exact_top is not None:
-            self.exact_top.rebuild(item_emb)
+            self.exact_top.rebuild(item_emb, self.order)
 
     @torch.no_grad()
     def sample(
