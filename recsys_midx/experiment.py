@@ -54,6 +54,7 @@ def build(cfg: DictConfig) -> Experiment:
         ValueError: if a head other than ``dot`` is chosen with a loss that takes no head.
     """
     _check_head_is_used(cfg)
+    _warn_exact_top_without_exact_positives(cfg)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     L.seed_everything(cfg.seed, workers=True)
@@ -87,6 +88,22 @@ def _check_head_is_used(cfg: DictConfig) -> None:
         f"loss={choices.get('loss', cfg.loss.get('_target_'))}: that loss takes no head; use "
         "head=dot or a softmax loss (loss=softmax, loss=multilabel_softmax)"
     )
+
+
+def _warn_exact_top_without_exact_positives(cfg: DictConfig) -> bool:
+    """Warn (and return True) when a MIDX proposal mixes in exact top cells but the loss
+    logQ-corrects the positive: the closer ``q`` is to the softmax, the more that correction
+    underweighs a confident positive, so the top cells then leave the gradient error as it was
+    (README "Samplers")."""
+    top_codewords = cfg.sampler.get("exact_top_codewords") or 0
+    if top_codewords <= 0 or cfg.loss.get("exact_positives", True):
+        return False
+    log.warning(
+        "sampler.exact_top_codewords=%d without loss.exact_positives=true: the exact top cells "
+        "only reduce the sampled gradient's error when the positive is counted exactly",
+        top_codewords,
+    )
+    return True
 
 
 def encoder_sizes(datamodule: L.LightningDataModule) -> dict[str, int]:

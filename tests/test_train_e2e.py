@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY_RUN, sampler_overrides
-from recsys_midx.experiment import build, train
+from recsys_midx.experiment import _warn_exact_top_without_exact_positives, build, train
 
 SAMPLERS = {
     "full": "FullSampler",
@@ -112,6 +113,23 @@ def test_experiment_composes_to_its_overrides_and_yields_to_the_command_line(com
     later = compose_config(["experiment=synthetic-100k", "sampler.num_negatives=8", "model.dim=16"])
     assert (later.sampler.num_negatives, later.model.dim) == (8, 16)
     assert later.dataset.num_items == 100000
+
+
+@pytest.mark.parametrize(
+    ("overrides", "warned"),
+    [
+        (["sampler.exact_top_codewords=2"], True),
+        (["sampler.exact_top_codewords=2", "loss.exact_positives=true"], False),
+        ([], False),
+    ],
+    ids=["top-cells-usual-correction", "top-cells-exact-positives", "no-top-cells"],
+)
+def test_exact_top_cells_without_exact_positives_are_flagged(compose_config, caplog, overrides,
+                                                             warned):
+    cfg = compose_config(["sampler=midx", *overrides])
+    with caplog.at_level(logging.WARNING, logger="recsys_midx.experiment"):
+        assert _warn_exact_top_without_exact_positives(cfg) is warned
+    assert ("loss.exact_positives=true" in caplog.text) is warned
 
 
 def test_resumed_run_keeps_the_checkpointed_midx_proposal(compose_config, tmp_path):
