@@ -12,15 +12,20 @@ A run whose resident memory passes ``--memory-limit-gib`` is stopped and reporte
 one that outlasts ``--timeout`` is stopped too. For every sampler measured at two sizes or more, a
 least-squares line through (N, peak memory) estimates the largest catalog that fits the limit.
 
+``midx+topT`` is MIDX with the exact softmax over each query's top ``T**2`` cells mixed in
+(``exact_top_codewords=T``), trained with the positive counted exactly as that option wants.
+
 Example:
     python scripts/bench_training.py --sizes 1e5 1e6 5e6 --samplers full midx --steps 2
     python scripts/bench_training.py --device cuda --sizes 1e5 1e6 5e6
+    python scripts/bench_training.py --sizes 1e6 --samplers uniform midx midx+top1 --steps 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -39,6 +44,7 @@ from recsys_midx.data.splits import LeaveOneOutSplit  # noqa: E402
 from recsys_midx.losses import SoftmaxLoss  # noqa: E402
 from recsys_midx.models import SASRec  # noqa: E402
 from recsys_midx.samplers import FullSampler, MIDXSampler, UniformSampler  # noqa: E402
+from recsys_midx.samplers.base import Sampler  # noqa: E402
 
 # The sampler benchmark's device-synchronised timer (scripts/ is on the path of a script run).
 from bench_samplers import timed  # noqa: E402
@@ -48,6 +54,23 @@ SAMPLERS = {
     "uniform": lambda n, m: UniformSampler(n, m),
     "midx": lambda n, m: MIDXSampler(n, m),
 }
+_EXACT_TOP = re.compile(r"midx\+top(\d+)")
+
+
+def parse_sampler(name: str) -> str:
+    """``name`` if it is one of :data:`SAMPLERS` or ``midx+topT`` (argparse type)."""
+    if name in SAMPLERS or _EXACT_TOP.fullmatch(name):
+        return name
+    raise argparse.ArgumentTypeError(f"{name!r}: use one of {sorted(SAMPLERS)} or midx+topT")
+
+
+def _sampler_and_loss(name: str, num_items: int, negatives: int) -> tuple[Sampler, SoftmaxLoss]:
+    """The sampler called ``name`` and the loss it trains with."""
+    top = _EXACT_TOP.fullmatch(name)
+    if top is None:
+        return SAMPLERS[name](num_items, negatives), SoftmaxLoss()
+    sampler = MIDXSampler(num_items, negatives, exact_top_codewords=int(top[1]))
+    return sampler, SoftmaxLoss(exact_positives=True)
 
 
 def _split(num_items: int, num_users: int, seed: int) -> LeaveOneOutSplit:
@@ -69,8 +92,8 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     device = torch.device(args.device)
     split = _split(num_items, args.users, args.seed)
     model = SASRec(num_items, dim=args.dim, max_len=args.max_len).to(device)
-    sampler = SAMPLERS[sampler_name](num_items, args.negatives).to(device)
-    loss_fn = SoftmaxLoss()
+    sampler, loss_fn = _sampler_and_loss(sampler_name, num_items, args.negatives)
+    sampler = sampler.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)  # as conf/task/seqrec.yaml
     counts = torch.from_numpy(split.train_item_counts()).to(device)
     build_seconds = timed(lambda: sampler.update(model.item_table.detach(), counts), device)
@@ -165,8 +188,9 @@ def largest_fitting(points: list[tuple[int, float]], limit_mb: float) -> float |
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", nargs="+", type=float, default=[1e4, 1e5, 1e6])
-    parser.add_argument("--samplers", nargs="+", choices=sorted(SAMPLERS),
-                        default=["full", "uniform", "midx"])
+    parser.add_argument("--samplers", nargs="+", type=parse_sampler,
+                        default=["full", "uniform", "midx"],
+                        help=f"{', '.join(sorted(SAMPLERS))} or midx+topT (exact top cells)")
     parser.add_argument("--users", type=int, default=5000)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--max-len", type=int, default=50)
