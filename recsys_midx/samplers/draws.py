@@ -1,9 +1,18 @@
-"""Inverse-CDF draws shared by the MIDX proposal's stages, vectorised over queries."""
+"""Inverse-CDF draws shared by the MIDX proposal's stages, vectorised over queries, and the
+map from ids to their positions in cell order that those draws index."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+
+def position_of_ids(order: Tensor) -> Tensor:
+    """``[N+1]`` the position of each id in ``order`` (ids ``1..N`` in cell order), the inverse
+    permutation; 0 for the padding id."""
+    positions = torch.zeros(order.numel() + 1, dtype=torch.long, device=order.device)
+    positions[order] = torch.arange(order.numel(), device=order.device)
+    return positions
 
 
 def prefix_sum(cum: Tensor, at: Tensor) -> Tensor:

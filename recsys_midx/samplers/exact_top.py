@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from recsys_midx.samplers.codebooks import IndexModule
-from recsys_midx.samplers.draws import draw_weighted, prefix_sum
+from recsys_midx.samplers.draws import draw_weighted, position_of_ids, prefix_sum
 
 #: Cap on ``neighbourhood items x D`` scored at once: blocks of a few MB are reused by the
 #: allocator, where one large gather pays for fresh pages (measured 1.4x faster than 16 MB blocks).
@@ -98,9 +98,7 @@ class ExactTopCells(IndexModule):
         """Snapshot the item table ``[N+1, D]`` in the cell order ``order`` ``[N]`` (ids in cell
         order): a copy, since the live table keeps training."""
         self.items_in_cell_order = item_emb.detach().float().index_select(0, order)
-        position_of_id = torch.zeros(item_emb.shape[0], dtype=torch.long, device=order.device)
-        position_of_id[order] = torch.arange(order.numel(), device=order.device)
-        self.position_of_id = position_of_id
+        self.position_of_id = position_of_ids(order)
 
     def prepare(
         self,

@@ -72,7 +72,7 @@ from recsys_midx.samplers.base import (
 )
 from recsys_midx.samplers.codebooks import Codebooks, IndexModule, make_codebooks
 from recsys_midx.samplers.exact_top import ExactTopCells, TopCellsState
-from recsys_midx.samplers.draws import draw_weighted, inverse_cdf, prefix_sum
+from recsys_midx.samplers.draws import draw_weighted, inverse_cdf, position_of_ids, prefix_sum
 from recsys_midx.samplers.popularity import popularity_weights
 
 #: The dense ``K**B`` table is used when at least this fraction of its cells is non-empty.
@@ -262,8 +262,7 @@ class _ExactStage(_LastStage):
     ) -> None:
         items = item_emb[order].float()
         self.residuals = items - codebooks.reconstruct(codebooks.codes[order - 1])
-        self.positions = torch.zeros(order.numel() + 1, dtype=torch.long, device=order.device)
-        self.positions[order] = torch.arange(order.numel(), device=order.device)
+        self.positions = position_of_ids(order)
         cells = torch.arange(offsets.numel() - 1, device=order.device)
         self.cell_of_position = cells.repeat_interleave(offsets.diff())
 
