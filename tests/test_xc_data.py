@@ -22,6 +22,7 @@ from recsys_midx.data.xc import (
     read_xc_file,
     write_xc_file,
 )
+from recsys_midx.metrics import inverse_propensities
 
 #: Four points: two labels, none (leading space), one label without features, one with both.
 TEXT = """4 6 5
@@ -201,7 +202,11 @@ def test_data_module_splits_and_batches(tmp_path: Path) -> None:
     assert dm.num_items == 60 and dm.encoder_sizes == {"num_features": 200, "num_labels": 60}
     assert dm.stats["splits"]["val"] == 60 and dm.stats["splits"]["test"] == 80
     assert dm.item_counts.shape == (61,) and dm.item_counts[0] == 0
-    assert dm.inv_propensities.shape == (61,) and dm.inv_propensities[0] == 0
+    assert dm.num_train_points == dm.stats["splits"]["train"] == int(
+        (dm.splits["train"].labels.row_lengths() > 0).sum())
+    weights = inverse_propensities(dm.item_counts, dm.num_train_points, source.propensity_a,
+                                   source.propensity_b)
+    assert weights.shape == (61,) and weights[0] == 0
     batch = next(iter(dm.train_dataloader()))
     features, labels = batch["features"], batch["labels"]
     assert len(features) == 32 and labels.shape[0] == 32

@@ -12,6 +12,7 @@ from recsys_midx.data.errors import (
     MissingFilesError,
     UnknownCategoryError,
     UnsafeArchiveError,
+    XCFormatError,
 )
 from recsys_midx.data.pipeline import PreparedDataset, load_prepared, load_stats, prepare_dataset
 from recsys_midx.data.preprocess import PreprocessSettings, ProcessedData, preprocess
@@ -52,6 +53,7 @@ __all__ = [
     "Synthetic",
     "UnknownCategoryError",
     "UnsafeArchiveError",
+    "XCFormatError",
     "Yelp",
     "load_prepared",
     "load_stats",

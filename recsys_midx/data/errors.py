@@ -125,6 +125,23 @@ class CorruptArchiveError(DataError):
         super().__init__(f"{self.archive} is not a readable {kind} archive ({reason})")
 
 
+class XCFormatError(DataError):
+    """A file does not follow the Extreme Classification Repository text format.
+
+    Args:
+        path: the file.
+        line: the 1-based line number of the problem (``None`` for the file as a whole).
+        reason: what is wrong.
+    """
+
+    def __init__(self, path: Path, line: int | None, reason: str) -> None:
+        self.path = Path(path)
+        self.line = line
+        self.reason = reason
+        where = f"{self.path}, line {line}" if line is not None else str(self.path)
+        super().__init__(f"{where}: {reason}")
+
+
 class MissingColumnsError(DataError):
     """A raw file lacks columns that the column mapping names.
 

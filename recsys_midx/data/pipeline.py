@@ -1,10 +1,9 @@
 """Cached preprocessing: source -> raw frame -> processed Parquet folder.
 
-A processed dataset lives in ``<data_dir>/processed/<name>-<key>/`` where ``key`` is the first 12
-hex characters of the sha256 of the source's fingerprint, its preprocess settings and
-:data:`SCHEMA_VERSION`; changing any of them gives a new folder, so a cache is never stale. The
-folder is written under a temporary name and renamed into place when complete, so an existing
-folder is always a finished one and is reused.
+A processed dataset lives in ``<data_dir>/processed/<name>-<key>/`` where ``key`` is computed from
+the source's fingerprint, its preprocess settings and :data:`SCHEMA_VERSION`; changing any of them
+gives a new folder, so a cache is never stale. The folder is written atomically and reused once
+complete (see :mod:`recsys_midx.data.cache`).
 
 Files of a processed folder:
 
@@ -28,11 +27,9 @@ Files of a processed folder:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,8 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recsys_midx.data.download import atomic_directory
-from recsys_midx.data.errors import DataError, MissingFilesError
+from recsys_midx.data.cache import cached, checked_settings, processed_directory, write_json
 from recsys_midx.data.preprocess import ProcessedData, preprocess
 
 if TYPE_CHECKING:
@@ -112,9 +108,7 @@ def cache_directory(source: Source, data_dir: str | Path) -> Path:
     Returns:
         ``<data_dir>/processed/<name>-<12 hex chars>``.
     """
-    blob = json.dumps(cache_settings(source), sort_keys=True).encode()
-    key = hashlib.sha256(blob).hexdigest()[:12]
-    return Path(data_dir).expanduser() / "processed" / f"{source.name}-{key}"
+    return processed_directory(data_dir, cache_settings(source))
 
 
 def prepare_dataset(source: Source, data_dir: str | Path) -> PreparedDataset:
@@ -137,26 +131,26 @@ def prepare_dataset(source: Source, data_dir: str | Path) -> PreparedDataset:
         >>> ds.num_users
         50
     """
-    directory = cache_directory(source, data_dir)
-    if directory.is_dir():
-        log.info("Reusing processed dataset %s", directory)
-        return load_prepared(directory)
-    log.info("Preparing dataset %r into %s", source.name, directory)
-    processed = preprocess(source.load_raw(Path(data_dir).expanduser()), source.preprocess)
-    start = time.perf_counter()
-    with atomic_directory(directory) as tmp:
-        _write(tmp, processed, cache_settings(source))
-    log.info(
-        "Wrote %s in %.1f s: %d users, %d items, %d interactions", directory,
-        time.perf_counter() - start, processed.stats["users"], processed.stats["items"],
-        processed.stats["interactions"],
-    )
-    del processed  # not held while the written copy is read back
-    return load_prepared(directory)
+    settings = cache_settings(source)
+    directory = processed_directory(data_dir, settings)
+
+    def build() -> ProcessedData:
+        return preprocess(source.load_raw(Path(data_dir).expanduser()), source.preprocess)
+
+    def write_files(tmp: Path, processed: ProcessedData) -> None:
+        start = time.perf_counter()
+        _write(tmp, processed)
+        log.info(
+            "Wrote %s in %.1f s: %d users, %d items, %d interactions", directory,
+            time.perf_counter() - start, processed.stats["users"], processed.stats["items"],
+            processed.stats["interactions"],
+        )
+
+    return cached(directory, settings, build, write_files, load_prepared)
 
 
-def _write(directory: Path, processed: ProcessedData, settings: dict[str, Any]) -> None:
-    """Write the files of a processed folder."""
+def _write(directory: Path, processed: ProcessedData) -> None:
+    """Write the data files of a processed folder (``settings.json`` is the cache's)."""
     frames = {
         "interactions.parquet": processed.interactions,
         "user_map.parquet": processed.user_map,
@@ -165,40 +159,8 @@ def _write(directory: Path, processed: ProcessedData, settings: dict[str, Any]) 
     for file_name, frame in frames.items():
         table = pa.Table.from_pandas(frame, schema=_SCHEMAS[file_name], preserve_index=False)
         pq.write_table(table, directory / file_name)
-    # Statistics keep their natural order (steps in the order they run); settings are sorted.
-    for file_name, content, sort_keys in (
-        ("stats.json", processed.stats, False), ("settings.json", settings, True),
-    ):
-        (directory / file_name).write_text(
-            json.dumps(content, indent=2, sort_keys=sort_keys) + "\n"
-        )
-
-
-def checked_settings(
-    directory: Path, files: Sequence[str], schema_version: int
-) -> dict[str, Any]:
-    """The ``settings.json`` of a processed folder, once the folder is known to be complete and
-    of the schema version the reading code expects.
-
-    Args:
-        directory: the processed folder.
-        files: the names every complete folder holds (``settings.json`` among them).
-        schema_version: the version the reading code understands.
-
-    Raises:
-        MissingFilesError: a file of ``files`` is missing.
-        DataError: the folder was written with another schema version.
-    """
-    missing = [name for name in files if not (directory / name).is_file()]
-    if missing:
-        raise MissingFilesError(directory, missing, "Delete the folder to have it rebuilt.")
-    settings: dict[str, Any] = json.loads((directory / "settings.json").read_text())
-    if settings.get("schema_version") != schema_version:
-        raise DataError(
-            f"{directory} was written with schema version {settings.get('schema_version')}, "
-            f"this code reads version {schema_version}; delete the folder to have it rebuilt"
-        )
-    return settings
+    # Statistics keep their natural order (steps in the order they run).
+    write_json(directory / "stats.json", processed.stats, sort_keys=False)
 
 
 def load_stats(directory: Path) -> dict[str, Any]:

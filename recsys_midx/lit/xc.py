@@ -8,9 +8,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from recsys_midx.data.xc import XCDataModule
 from recsys_midx.lit.base import CatalogModule, OptimizerFactory
 from recsys_midx.losses import EDRepLoss, MultiLabelSoftmaxLoss
-from recsys_midx.metrics import XCMetrics, top_labels
+from recsys_midx.metrics import XCMetrics, inverse_propensities, top_labels
 from recsys_midx.models import XCEncoder
 from recsys_midx.samplers import Sampler
 
@@ -21,9 +22,9 @@ class XCModule(CatalogModule):
     Each training point is one query whose positives share its negatives
     (:class:`~recsys_midx.losses.MultiLabelSoftmaxLoss`). Validation and test predict the top
     labels of each point over the whole label set (in chunks) and report P@k, nDCG@k and PSP@k,
-    logged as ``val/p@1``, ``test/psp@5``, ... PSP uses the data module's inverse propensities
-    (``inv_propensities``, read when the trainer sets the module up); without a data module
-    that provides them every label weighs 1.
+    logged as ``val/p@1``, ``test/psp@5``, ... PSP weighs labels by their inverse propensities,
+    computed from the data module's training label counts when the trainer sets the module up;
+    without a data module every label weighs 1.
 
     Batches are ``{"features": SparseFeatures, "labels": [B, P]}`` as served by
     :class:`~recsys_midx.data.xc.XCDataModule`.
@@ -71,9 +72,23 @@ class XCModule(CatalogModule):
         self.register_buffer("inv_propensity", weights, persistent=False)
 
     def setup(self, stage: str) -> None:
-        weights = getattr(self.trainer.datamodule, "inv_propensities", None)
-        if weights is not None:
-            self.inv_propensity = weights.to(self.inv_propensity)
+        """Weigh PSP@k's labels by their inverse propensities, from the training label counts
+        of the trainer's data module and its source's propensity constants.
+
+        Raises:
+            TypeError: if the trainer's data module is not an
+                :class:`~recsys_midx.data.xc.XCDataModule`.
+        """
+        datamodule = self.trainer.datamodule
+        if datamodule is None:  # driven without a data module: every label keeps weight 1
+            return
+        if not isinstance(datamodule, XCDataModule):
+            raise TypeError(f"XCModule needs an XCDataModule, got {type(datamodule).__name__}")
+        weights = inverse_propensities(
+            datamodule.item_counts, datamodule.num_train_points,
+            datamodule.source.propensity_a, datamodule.source.propensity_b,
+        )
+        self.inv_propensity = weights.to(self.inv_propensity)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         labels = batch["labels"]
