@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import recsys_midx.data.readers as readers
+import recsys_midx.data.readers.formats as formats
 from recsys_midx.data import (
     BadValueError,
     ColumnMap,
@@ -76,7 +76,7 @@ def test_declared_integer_columns_are_read_as_int64(tmp_path: Path) -> None:
 def test_many_batches_merge_into_one_dictionary(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     # Tiny blocks: hundreds of batches, each with its own dictionary of ids.
-    monkeypatch.setattr(readers, "BLOCK_SIZE", 512)
+    monkeypatch.setattr(formats, "BLOCK_SIZE", 512)
     rng = np.random.default_rng(0)
     users = [f"u{x}" for x in rng.integers(0, 300, 5000)]
     items = [f"i{x:04d}" for x in rng.zipf(1.5, 5000) % 2000]
