@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from recsys_midx.data.xc import XCDataModule, XCSynthetic
+from recsys_midx.lit import XCModule
 from recsys_midx.metrics import XCMetrics, inverse_propensities, top_labels, xc_metrics
 
 LOG2_3, LOG2_4 = math.log2(3), math.log2(4)
@@ -60,6 +64,38 @@ def test_inverse_propensities_follow_jain_et_al() -> None:
     assert (weights[1:].diff() < 0).all(), "rarer labels weigh more"
     with pytest.raises(ValueError, match="num_points"):
         inverse_propensities(counts, 0)
+
+
+def test_inverse_propensities_match_hand_computed_values() -> None:
+    # N = 1000, A = 0.55, B = 1.5: C = (ln 1000 - 1) * 2.5 ** 0.55 = 9.7788887, and
+    # 1 / p_l = 1 + C * (N_l + 1.5) ** -0.55; a label seen once weighs exactly ln N.
+    weights = inverse_propensities(torch.tensor([0, 0, 1, 9, 99, 999]), num_points=1000)
+    assert weights.dtype == torch.float32
+    expected = [0.0, 8.8241886, 6.9077553, 3.6830909, 1.7746369, 1.2188619]
+    assert weights.tolist() == pytest.approx(expected, rel=1e-6)
+    assert weights[2].item() == pytest.approx(math.log(1000), rel=1e-6)
+
+
+def test_xc_module_weighs_psp_by_the_data_module_label_counts(tmp_path: Path) -> None:
+    source = XCSynthetic(num_labels=40, num_features=100, num_train=150, num_test=30, seed=1,
+                         propensity_a=0.6, propensity_b=2.6)
+    dm = XCDataModule(source, tmp_path, val_fraction=0.2)
+    dm.setup("fit")
+    module = SimpleNamespace(trainer=SimpleNamespace(datamodule=dm), inv_propensity=torch.ones(41))
+    XCModule.setup(module, "fit")  # type: ignore[arg-type]
+    counts = dm.splits["train"].label_counts()
+    c = (math.log(dm.num_train_points) - 1) * 3.6**0.6
+    expected = [0.0] + [1 + c * (n + 2.6) ** -0.6 for n in counts[1:].tolist()]
+    assert module.inv_propensity.tolist() == pytest.approx(expected, rel=1e-6)
+    assert torch.equal(module.inv_propensity, inverse_propensities(
+        dm.item_counts, dm.num_train_points, 0.6, 2.6))
+
+    alone = SimpleNamespace(trainer=SimpleNamespace(datamodule=None), inv_propensity=torch.ones(41))
+    XCModule.setup(alone, "fit")  # type: ignore[arg-type]
+    assert torch.equal(alone.inv_propensity, torch.ones(41)), "no data module: every label weighs 1"
+    other = SimpleNamespace(trainer=SimpleNamespace(datamodule=object()), inv_propensity=None)
+    with pytest.raises(TypeError, match="XCDataModule"):
+        XCModule.setup(other, "fit")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("chunk_size", [1, 3, 16, 100])
