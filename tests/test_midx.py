@@ -13,7 +13,7 @@ import torch
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.samplers.base import Sampler
-from recsys_midx.samplers.codebooks import Codebooks, ProductCodebooks, ResidualCodebooks
+from recsys_midx.index import Codebooks, ProductCodebooks, ResidualCodebooks
 from recsys_midx.samplers.diagnostics import proposal_divergence
 from recsys_midx.samplers.midx import MIDXSampler
 

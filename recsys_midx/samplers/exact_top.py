@@ -36,7 +36,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from recsys_midx.samplers.codebooks import IndexModule
+from recsys_midx.index import IndexModule
 from recsys_midx.samplers.draws import draw_weighted, position_of_ids, prefix_sum
 
 #: Cap on ``neighbourhood items x D`` scored at once: blocks of a few MB are reused by the

@@ -1,7 +1,7 @@
 """MIDX samplers: adaptive sampled softmax through an inverted multi-index.
 
 The item table is quantised into ``B`` codebooks of ``K`` codewords (PQ or RQ, see
-:mod:`recsys_midx.samplers.codebooks`), so item ``i`` falls in the cell ``(k_1..k_B)`` of its
+:mod:`recsys_midx.index.codebooks`), so item ``i`` falls in the cell ``(k_1..k_B)`` of its
 codes and ``z.c_i = sum_b s_b(k_b)``. The proposal is
 
     q(i | z) = exp(z.c_i) * w_i(z) / Z(z),    Z(z) = sum_cells exp(sum_b s_b(k_b)) * W_cell(z),
@@ -70,7 +70,7 @@ from recsys_midx.samplers.base import (
     check_query,
     full_precision,
 )
-from recsys_midx.samplers.codebooks import Codebooks, IndexModule, make_codebooks
+from recsys_midx.index import Codebooks, IndexModule, make_codebooks
 from recsys_midx.samplers.exact_top import ExactTopCells, TopCellsState
 from recsys_midx.samplers.draws import draw_weighted, inverse_cdf, position_of_ids, prefix_sum
 from recsys_midx.samplers.popularity import popularity_weights
