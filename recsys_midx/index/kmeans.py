@@ -16,8 +16,7 @@ import torch
 from torch import Tensor
 
 #: Below this many multiply-adds per k-means iteration faiss runs on one thread: on a small,
-#: shared CPU the OpenMP fork/join per iteration costs far more than the arithmetic (measured
-#: 15x slower with 2 threads than with 1 for 16k x 32 points and 64 centroids).
+#: shared CPU the OpenMP fork/join per iteration costs far more than the arithmetic.
 _KMEANS_SERIAL_WORK = 1 << 28
 
 

@@ -8,7 +8,7 @@ A cell is drawn in one of two ways:
   one cumsum and one ``torch.searchsorted`` per query: ``O(#cells)`` per query. When at least a
   third of the ``K**B`` cells are non-empty (``B = 2`` with ``N`` much larger than ``K**2``) the
   table is the dense grid, built as an outer sum of the per-codebook scores (a broadcast add,
-  measured 3x cheaper per cell than a gather), with ``log W = -inf`` for empty cells; otherwise
+  cheaper per cell than a gather), with ``log W = -inf`` for empty cells; otherwise
   (``B >= 3``, small ``N``) it lists only the non-empty cells and gathers their scores.
 * **In two stages** (``B = 2``, query-independent ``W``: the uniform and popularity stages):
   laid out by code pair, the mass of a cell factors as ``e_1(k_1) * e_2(k_2) * W[k_1, k_2]``
@@ -18,14 +18,11 @@ A cell is drawn in one of two ways:
   the product, against ``O(#cells)`` exps, cumsums and searches for the table. So cells finer
   than the items (``K**2 > N``) cost no scan of the non-empty cells. ``cell_draw="auto"`` picks
   the cheaper way: two stages when ``K**2 / 256 + 2*M*K <= #cells`` (costs in units of the
-  table's work per cell; about ``2 * M <= K`` on the dense grid). Measured on one CPU thread with
-  ``N = 1e5`` Gaussian items (D = 32, nearly every cell non-empty up to ``K = 256``),
-  ``Q = 5120``, ``M = 32``: 2.1x faster than the table at ``K = 64``, 5.7x at ``K = 128``, 11x at
-  ``K = 256``, 7x at ``K = 512`` (83k non-empty cells), 4x at ``K = 1024``; at ``M = 100,
-  K = 64`` the table is faster, and so it is on clustered tables whose few non-empty cells make
-  a short sparse table (which ``#cells`` accounts for). The normaliser of
-  :meth:`MIDXSampler.log_prob` comes from the same product, whatever ``M`` (at ``K = 256``:
-  0.03 s against 3 s).
+  table's work per cell; about ``2 * M <= K`` on the dense grid). The table remains the cheaper
+  way for many draws per query against few codewords, and on clustered tables whose few
+  non-empty cells make a short sparse table (which ``#cells`` accounts for). The normaliser of
+  :meth:`~recsys_midx.samplers.midx.MIDXSampler.log_prob` comes from the same product, whatever
+  ``M``.
   Each codebook's scores are shifted by their maximum before the exp; should the masses of a
   query chunk still underflow (scores hundreds apart), that chunk falls back to the table.
 
@@ -41,6 +38,10 @@ from torch import Tensor
 
 from recsys_midx.samplers.cell_layout import cell_keys
 from recsys_midx.samplers.draws import inverse_cdf
+
+#: The work of one cell of the table (an exp, a cumsum step and a search) in multiply-adds of the
+#: two-stage matrix product, which runs at full arithmetic throughput; set by timing both ways.
+_MULTIPLY_ADDS_PER_CELL = 256
 
 
 class CodePairGrid(NamedTuple):
@@ -59,10 +60,10 @@ class CodePairGrid(NamedTuple):
 def two_stages_are_cheaper(num_codewords: int, num_samples: int, num_cells: int) -> bool:
     """Whether ``num_samples`` draws per query (0: only the normaliser) cost less in two stages.
 
-    The costs are in units of the table's work per cell (an exp, a cumsum and a search: 7-10 ns
-    on one CPU thread), against the table's ``#cells``: ``K**2 / 256`` for the matrix product
-    (~0.03 ns per multiply-add) plus ``2*M*K`` for the conditionals (measured 5-11 ns per
-    element). For the dense grid that is about ``2 * M <= K``.
+    The costs are in units of the table's work per cell (an exp, a cumsum and a search), against
+    the table's ``#cells``: ``K**2 / 256`` for the ``[K, K]`` matrix product (a multiply-add is
+    a small fraction of a cell's work) plus ``2*M*K`` for the conditionals (``M`` rows of ``K``
+    weights per query). For the dense grid that is about ``2 * M <= K``.
 
     Args:
         num_codewords: ``K``.
@@ -77,7 +78,7 @@ def two_stages_are_cheaper(num_codewords: int, num_samples: int, num_cells: int)
         (True, False)
     """
     k = num_codewords
-    return k * k // 256 + 2 * num_samples * k <= num_cells
+    return k * k // _MULTIPLY_ADDS_PER_CELL + 2 * num_samples * k <= num_cells
 
 
 def code_pair_grid(

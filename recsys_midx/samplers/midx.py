@@ -96,8 +96,8 @@ class MIDXSampler(Sampler, IndexModule):
             proposal (see :mod:`recsys_midx.samplers.exact_top`). It costs a snapshot of the
             item table in the state and ``|top cells| * D`` multiply-adds per query.
         exact_top_weight: the probability of a draw from those top cells, in ``(0, 1)``.
-        query_chunk_size: queries processed at once. Temporaries stay below roughly
-            ``query_chunk_size * (8 * #cells + 250 * M)`` bytes (measured), besides the
+        query_chunk_size: queries processed at once. Temporaries grow linearly with
+            ``query_chunk_size * (#cells + M)`` (a chunk's cell tables and draws), besides the
             ``12 * Q * M`` bytes of output; the exact stage further caps ``rows x N``.
         refresh_every_n_steps: how often a training loop should rebuild the proposal from the
             live item table, in optimiser steps (0: not by steps).
@@ -327,7 +327,7 @@ class MIDXSampler(Sampler, IndexModule):
 
         Equal to :meth:`log_prob` of all ids, but each codebook's scores are looked up by the
         items' codes with one ``index_select`` shared by all queries instead of a per-query
-        gather of ``[Q, N, B]`` codes (measured 5-12x faster at ``N = 1e5``).
+        gather of ``[Q, N, B]`` codes, which it never builds.
 
         Raises:
             RuntimeError: before the first :meth:`update`.
