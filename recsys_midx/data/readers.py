@@ -5,7 +5,7 @@ One reader serves every source: a *format* (:class:`Delimited`, :class:`JsonLine
 a bounded size, and :func:`read_interactions` folds the batches into typed arrays as they come.
 The raw text is therefore never held in memory at once: ids become ``int64`` values (when the
 format parses them as integers) or ``int32`` codes into a dictionary of the distinct ids, times
-become ``int64`` seconds and ratings ``float32``. Reading ml-20m (20M rows) peaks at ~0.85 GiB.
+become ``int64`` seconds and ratings ``float32``, so memory follows the typed columns.
 
 Compressed files (``.gz``, ``.bz2``, ``.zst``, ``.lz4``) are decompressed on the fly, and a
 progress bar follows the bytes read when the output is a terminal.
@@ -44,8 +44,8 @@ from recsys_midx.data.errors import (
 
 log = logging.getLogger(__name__)
 
-#: Bytes of text parsed per batch. pyarrow's streaming readers read about twenty blocks ahead,
-#: so this bounds the raw text in memory at once (~30 MiB; 16 MiB blocks held ~0.5 GB of ml-20m).
+#: Bytes of text parsed per batch. pyarrow's streaming readers read many blocks ahead, so a small
+#: block is what bounds the raw text in memory at once.
 BLOCK_SIZE = 1 << 20
 #: Lines parsed per batch by the formats that parse line by line in Python.
 LINES_PER_BATCH = 65_536
