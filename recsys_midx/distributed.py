@@ -62,7 +62,7 @@ def broadcast_module_state(module: nn.Module, src: int = 0) -> None:
     The state is sent as one pickled object (via host memory), so tensors whose shapes differ
     between ranks, or that were never built on the receiving ranks, are replaced too; the
     receiving module must accept such a state in ``load_state_dict`` (as
-    :class:`~recsys_midx.samplers.codebooks.IndexModule` does). Received tensors land on the
+    :class:`~recsys_midx.index.IndexModule` does). Received tensors land on the
     devices of the receiving module's own buffers.
 
     Args:

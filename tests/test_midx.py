@@ -13,7 +13,8 @@ import torch
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.samplers.base import Sampler
-from recsys_midx.samplers.codebooks import Codebooks, ProductCodebooks, ResidualCodebooks
+from recsys_midx.samplers.cell_draws import factorised_masses
+from recsys_midx.index import Codebooks, ProductCodebooks, ResidualCodebooks
 from recsys_midx.samplers.diagnostics import proposal_divergence
 from recsys_midx.samplers.midx import MIDXSampler
 
@@ -160,7 +161,7 @@ def test_two_stage_falls_back_to_the_table_when_masses_underflow() -> None:
     sampler.update(items)
     assert sampler._draws_in_two_stages(1) and int(sampler.cell_offsets.diff().eq(0).sum()) == 1
     queries = torch.tensor([[100.0, 100.0], [0.5, 0.5]])
-    assert sampler._factorised_masses(queries, sampler._code_pair_grid()) is None
+    assert factorised_masses(sampler.codebooks.scores(queries), sampler._code_pair_grid()) is None
 
     ids, log_q = sampler.sample(queries, 1, generator=torch.Generator().manual_seed(5))
     assert bool(torch.isfinite(log_q).all())

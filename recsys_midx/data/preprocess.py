@@ -255,7 +255,7 @@ def _chronological_order(users: np.ndarray, timestamps: np.ndarray) -> np.ndarra
     start = int(timestamps.min())
     span = int(timestamps.max()) - start + 1
     if (int(users.max()) + 1) * span < 2**63:
-        # A single int64 key sorts ~2x faster than lexsort's two passes, and the stable sort
+        # A single int64 key sorts faster than lexsort's two passes, and the stable sort
         # (timsort) is linear on the already sorted files many datasets ship.
         key = users * np.int64(span)
         key += timestamps

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..samplers.base import Sampler
-from ..samplers.codebooks import IndexModule, ResidualCodebooks
+from ..index import IndexModule, ResidualCodebooks
 from .full_softmax import check_scoring_inputs, compute_dtype
 from .multilabel import _positive_entries
 

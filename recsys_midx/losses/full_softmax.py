@@ -89,8 +89,8 @@ def _item_chunks(num_items: int, chunk_size: int) -> range:
 
 #: Scores per block on CPU. A block that outgrows the caches makes the elementwise passes over it
 #: (max, exp, sum, the softmax weights of backward) memory-bound, and a fresh block of tens of MB
-#: is mapped and page-faulted on every chunk: on 2 CPU threads with 2,560-6,400 queries over 1e5
-#: items, 8 MB blocks made forward plus backward 1.4-1.8x faster than blocks of 8,192 items.
+#: is mapped and page-faulted on every chunk, so a block holds a fixed number of scores, however
+#: many queries share it, rather than a fixed number of items.
 _CPU_BLOCK_SCORES = 1 << 21
 #: The fewest items a CPU chunk holds however many queries there are, so that very large
 #: batches still score items in matrix products rather than one row at a time.

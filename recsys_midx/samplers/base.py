@@ -98,7 +98,7 @@ def full_precision(device: torch.device) -> contextlib.AbstractContextManager[No
 
     Inside a bf16/fp16 autocast region (mixed-precision training) matrix products run in half
     precision even on float32 inputs; a proposal scored that way is no longer normalised (its
-    ``log q`` was off by several nats at query and item norms of 1e3), which biases the logQ
+    ``log q`` is off by whole nats at large query and item norms), which biases the logQ
     correction. Samplers therefore compute their scores in float32 within this context.
 
     Args:

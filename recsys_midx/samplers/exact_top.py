@@ -22,8 +22,8 @@ multiply-adds (no gradient), against ``N * D`` for the exact softmax; ``|H(z)|``
 
 The exact scores use a snapshot of the item table taken at the proposal's last rebuild, so a
 draw and its ``log q`` agree between rebuilds. The snapshot is stored in cell order: a query's
-top-cell items are then a few contiguous runs, which gather 2-3x faster than rows scattered over
-the table.
+top-cell items are then a few contiguous runs, which gather faster than rows scattered over the
+table.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from recsys_midx.samplers.codebooks import IndexModule
+from recsys_midx.index import IndexModule
 from recsys_midx.samplers.draws import draw_weighted, position_of_ids, prefix_sum
 
 #: Cap on ``neighbourhood items x D`` scored at once: blocks of a few MB are reused by the
-#: allocator, where one large gather pays for fresh pages (measured 1.4x faster than 16 MB blocks).
+#: allocator, where one large gather pays for fresh pages.
 _SCORE_BLOCK_ELEMENTS = 1 << 20
 
 
@@ -232,8 +232,8 @@ class ExactTopCells(IndexModule):
     ) -> Tensor:
         """Exact scores ``[T]`` of the items at cell-order ``positions``, laid out query after
         query, in blocks of whole queries that bound the gathered rows. Each query row is
-        repeated in order rather than gathered (measured 1.5-2x faster than two gathers on one
-        CPU thread)."""
+        repeated in order rather than gathered: a sequential copy, cheaper than a second
+        gather."""
         out = z.new_empty(positions.shape)
         limit = max(1, _SCORE_BLOCK_ELEMENTS // z.shape[1])
         bounds = query_offsets.tolist()

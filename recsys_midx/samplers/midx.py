@@ -1,7 +1,7 @@
 """MIDX samplers: adaptive sampled softmax through an inverted multi-index.
 
 The item table is quantised into ``B`` codebooks of ``K`` codewords (PQ or RQ, see
-:mod:`recsys_midx.samplers.codebooks`), so item ``i`` falls in the cell ``(k_1..k_B)`` of its
+:mod:`recsys_midx.index.codebooks`), so item ``i`` falls in the cell ``(k_1..k_B)`` of its
 codes and ``z.c_i = sum_b s_b(k_b)``. The proposal is
 
     q(i | z) = exp(z.c_i) * w_i(z) / Z(z),    Z(z) = sum_cells exp(sum_b s_b(k_b)) * W_cell(z),
@@ -18,32 +18,11 @@ with ``W_cell = sum_{i in cell} w_i`` and a last-stage weight ``w_i``:
 
 A draw first picks a cell, then an item inside it in proportion to ``w_i``. ``log q`` is computed
 from the same cell masses, so it is the normalised log-probability of the proposal, for drawn ids
-and for any other id. A cell is drawn in one of two ways:
-
-* **From the cell table** (any ``B``, any stage): the per-query log masses of all cells, one exp,
-  one cumsum and one ``torch.searchsorted`` per query: ``O(#cells)`` per query. When at least a
-  third of the ``K**B`` cells are non-empty (``B = 2`` with ``N`` much larger than ``K**2``) the
-  table is the dense grid, built as an outer sum of the per-codebook scores (a broadcast add,
-  measured 3x cheaper per cell than a gather), with ``log W = -inf`` for empty cells; otherwise
-  (``B >= 3``, small ``N``) it lists only the non-empty cells and gathers their scores.
-* **In two stages** (``B = 2``, query-independent ``W``: the uniform and popularity stages):
-  laid out by code pair, the mass of a cell factors as ``e_1(k_1) * e_2(k_2) * W[k_1, k_2]``
-  with ``e_b = exp(s_b)`` (``W = 0`` for empty cells), so the marginal of ``k_1`` is
-  ``e_1 * (W @ e_2)``, one ``[Q, K] x [K, K]`` matrix product with no exp per cell, and
-  ``k_2 | k_1`` is drawn from ``e_2 * W[k_1]``, ``K`` work per draw: ``O(M*K)`` per query besides
-  the product, against ``O(#cells)`` exps, cumsums and searches for the table. So cells finer
-  than the items (``K**2 > N``) cost no scan of the non-empty cells. ``cell_draw="auto"`` picks
-  the cheaper way: two stages when ``K**2 / 256 + 2*M*K <= #cells`` (costs in units of the
-  table's work per cell; about ``2 * M <= K`` on the dense grid). Measured on one CPU thread with
-  ``N = 1e5`` Gaussian items (D = 32, nearly every cell non-empty up to ``K = 256``),
-  ``Q = 5120``, ``M = 32``: 2.1x faster than the table at ``K = 64``, 5.7x at ``K = 128``, 11x at
-  ``K = 256``, 7x at ``K = 512`` (83k non-empty cells), 4x at ``K = 1024``; at ``M = 100,
-  K = 64`` the table is faster, and so it is on clustered tables whose few non-empty cells make
-  a short sparse table (which ``#cells`` accounts for). The normaliser of
-  :meth:`MIDXSampler.log_prob` comes from the same product, whatever ``M`` (at ``K = 256``:
-  0.03 s against 3 s).
-  Each codebook's scores are shifted by their maximum before the exp; should the masses of a
-  query chunk still underflow (scores hundreds apart), that chunk falls back to the table.
+and for any other id. A cell is drawn from the per-query table of cell masses (any ``B``, any
+stage), or, when the masses factorise (``B = 2`` and a query-independent ``W``), in two stages:
+``k_1`` from its marginal, then ``k_2 | k_1`` (:mod:`recsys_midx.samplers.cell_draws`). The
+items, grouped by cell, are laid out by :mod:`recsys_midx.samplers.cell_layout`; the last stages
+live in :mod:`recsys_midx.samplers.last_stage`.
 
 Optionally (``exact_top_codewords = t > 0``) the proposal mixes in the exact softmax over the
 items of each query's top ``t**B`` cells (:mod:`recsys_midx.samplers.exact_top`): a draw comes
@@ -54,14 +33,14 @@ Queries are processed in chunks to bound memory.
 
 from __future__ import annotations
 
-import abc
 import math
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from recsys_midx.index import IndexModule, make_codebooks
 from recsys_midx.samplers.base import (
     Sampler,
     check_ids,
@@ -70,225 +49,19 @@ from recsys_midx.samplers.base import (
     check_query,
     full_precision,
 )
-from recsys_midx.samplers.codebooks import Codebooks, IndexModule, make_codebooks
+from recsys_midx.samplers.cell_draws import (
+    CodePairGrid,
+    cell_score_table,
+    code_pair_grid,
+    draw_cells_from_table,
+    draw_cells_in_two_stages,
+    factorised_masses,
+    summed_codeword_scores,
+    two_stages_are_cheaper,
+)
+from recsys_midx.samplers.cell_layout import build_cell_layout, cells_of_keys
 from recsys_midx.samplers.exact_top import ExactTopCells, TopCellsState
-from recsys_midx.samplers.draws import draw_weighted, inverse_cdf, position_of_ids, prefix_sum
-from recsys_midx.samplers.popularity import popularity_weights
-
-#: The dense ``K**B`` table is used when at least this fraction of its cells is non-empty.
-_DENSE_MIN_FILL = 1.0 / 3.0
-
-#: Cap on ``query rows x items`` per chunk of the exact stage (its per-query tables are ``[N]``).
-_EXACT_CHUNK_ELEMENTS = 1 << 22
-
-
-class _CodePairGrid(NamedTuple):
-    """The cells of two codebooks laid out by code pair ``(k_1, k_2)``."""
-
-    #: ``[K, K]`` cell weights ``W`` (0 for empty cells).
-    weights: Tensor
-    #: ``[K*K]`` cell index of each pair ``k_1 * K + k_2``, or ``None`` for the dense grid, whose
-    #: cells are the pairs themselves.
-    cells: Tensor | None
-
-
-class _LastStage(IndexModule, abc.ABC):
-    """The within-cell weights ``w_i`` of a MIDX proposal and how to draw from them.
-
-    ``offsets`` ``[C+1]`` are the start positions of the cells in cell order (the order of the
-    sampler's ``order`` buffer); positions index that order, ids index the item table.
-    """
-
-    #: Largest ``query rows x items`` block the stage needs per chunk, or ``None`` if none.
-    chunk_elements: ClassVar[int | None] = None
-    #: Whether the weights depend on the query (the cell weights are then ``[Q, C]``).
-    query_dependent: ClassVar[bool] = False
-
-    @abc.abstractmethod
-    def rebuild(
-        self,
-        order: Tensor,
-        offsets: Tensor,
-        item_emb: Tensor,
-        item_counts: Tensor | None,
-        codebooks: Codebooks,
-    ) -> None:
-        """Rebuild from the cell layout (``order`` ``[N]``: ids in cell order), the item table
-        ``[N+1, D]``, optional counts ``[N+1]`` and the fitted codebooks."""
-
-    def prepare(self, query: Tensor, offsets: Tensor) -> Any:
-        """Per-chunk state shared by the other methods (none for query-independent weights)."""
-        return None
-
-    @abc.abstractmethod
-    def cell_log_weight(self, state: Any) -> Tensor:
-        """``log W_cell``, ``[C]`` (query independent) or ``[Q, C]``; ``-inf`` for empty cells."""
-
-    @abc.abstractmethod
-    def draw(
-        self, state: Any, cells: Tensor, offsets: Tensor, generator: torch.Generator | None
-    ) -> Tensor:
-        """Positions ``[Q, M]`` drawn inside ``cells`` ``[Q, M]`` in proportion to ``w_i``."""
-
-    @abc.abstractmethod
-    def item_log_weight(self, state: Any, ids: Tensor) -> Tensor:
-        """``log w_i`` of ``ids`` ``[Q, L]`` (ids ``>= 1``), broadcastable to ``[Q, L]``."""
-
-
-class _UniformStage(_LastStage):
-    """``w_i = 1``: a cell weighs its item count; the draw is ``offset + floor(u * count)``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.register_buffer("log_cell_weights", torch.empty(0))
-
-    def rebuild(
-        self,
-        order: Tensor,
-        offsets: Tensor,
-        item_emb: Tensor,
-        item_counts: Tensor | None,
-        codebooks: Codebooks,
-    ) -> None:
-        self.log_cell_weights = offsets.diff().float().log()
-
-    def cell_log_weight(self, state: None) -> Tensor:
-        return self.log_cell_weights
-
-    def draw(
-        self, state: None, cells: Tensor, offsets: Tensor, generator: torch.Generator | None
-    ) -> Tensor:
-        start = offsets[cells]
-        count = offsets[cells + 1] - start
-        # float64: 53 random bits keep floor(u * count) uniform for any realistic cell size.
-        u = torch.rand(cells.shape, dtype=torch.float64, device=cells.device, generator=generator)
-        return start + (u * count).long().clamp_max_(count - 1)
-
-    def item_log_weight(self, state: None, ids: Tensor) -> Tensor:
-        return torch.zeros((), device=ids.device)
-
-
-class _PopularityStage(_LastStage):
-    """``w_i = (count_i + smoothing) ** alpha``, drawn by a search in global cumulative weights.
-
-    The counts are kept, so ``update(item_emb)`` without counts reuses the last ones.
-    """
-
-    def __init__(self, alpha: float, smoothing: float) -> None:
-        super().__init__()
-        if not math.isfinite(alpha):
-            raise ValueError(f"pop_alpha must be finite, got {alpha}")
-        if not (math.isfinite(smoothing) and smoothing >= 0):
-            raise ValueError(f"pop_smoothing must be finite and >= 0, got {smoothing}")
-        self.alpha = float(alpha)
-        self.smoothing = float(smoothing)
-        self.register_buffer("counts", torch.empty(0, dtype=torch.float64))
-        self.register_buffer("log_weights", torch.empty(0))
-        # float64: a running sum over millions of items must still resolve a single weight.
-        self.register_buffer("cum_weights", torch.empty(0, dtype=torch.float64))
-        self.register_buffer("cell_cum_weights", torch.empty(0, dtype=torch.float64))
-        self.register_buffer("log_cell_weights", torch.empty(0))
-
-    def rebuild(
-        self,
-        order: Tensor,
-        offsets: Tensor,
-        item_emb: Tensor,
-        item_counts: Tensor | None,
-        codebooks: Codebooks,
-    ) -> None:
-        if item_counts is None and self.counts.numel() == 0:
-            raise ValueError("the popularity last stage needs item_counts on its first update")
-        counts = self.counts if item_counts is None else item_counts.detach().to(item_emb.device)
-        weights = popularity_weights(counts, item_emb.shape[0] - 1, self.alpha, self.smoothing)
-        self.counts = counts.to(torch.float64)
-        self.log_weights = weights.log().float()
-        self.cum_weights = weights[order].cumsum(0)
-        self.cell_cum_weights = prefix_sum(self.cum_weights, offsets)
-        self.log_cell_weights = self.cell_cum_weights.diff().log().float()
-
-    def cell_log_weight(self, state: None) -> Tensor:
-        return self.log_cell_weights
-
-    def draw(
-        self, state: None, cells: Tensor, offsets: Tensor, generator: torch.Generator | None
-    ) -> Tensor:
-        return draw_weighted(self.cum_weights, self.cell_cum_weights, cells, offsets, generator)
-
-    def item_log_weight(self, state: None, ids: Tensor) -> Tensor:
-        return self.log_weights[ids]
-
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}, smoothing={self.smoothing}"
-
-
-class _ExactState(NamedTuple):
-    """Per-chunk tables of the exact stage, all over positions in cell order."""
-
-    #: ``[Q, N]`` float64 inclusive cumsum of ``exp(z.r - max_{cell} z.r)``.
-    cum: Tensor
-    #: ``[Q, C+1]`` that cumsum before each cell start (last entry: the total).
-    cell_cum: Tensor
-    #: ``[Q, C]`` ``log W_cell = log sum_{i in cell} exp(z.r_i)``.
-    log_cell_weights: Tensor
-    #: ``[Q, N]`` residual scores ``z.r``.
-    residual_scores: Tensor
-
-
-class _ExactStage(_LastStage):
-    """``w_i = exp(z.r_i)``, ``r_i = v_i - c_i``: the proposal is the softmax itself.
-
-    Per query chunk it scores all residuals and shifts them by their per-cell maximum, so every
-    non-empty cell sums to at least 1 and a float64 cumsum resolves every cell's mass, however
-    small against the others.
-    """
-
-    chunk_elements = _EXACT_CHUNK_ELEMENTS
-    query_dependent = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.register_buffer("residuals", torch.empty(0, 0))
-        self.register_buffer("positions", torch.empty(0, dtype=torch.long))
-        self.register_buffer("cell_of_position", torch.empty(0, dtype=torch.long))
-
-    def rebuild(
-        self,
-        order: Tensor,
-        offsets: Tensor,
-        item_emb: Tensor,
-        item_counts: Tensor | None,
-        codebooks: Codebooks,
-    ) -> None:
-        items = item_emb[order].float()
-        self.residuals = items - codebooks.reconstruct(codebooks.codes[order - 1])
-        self.positions = position_of_ids(order)
-        cells = torch.arange(offsets.numel() - 1, device=order.device)
-        self.cell_of_position = cells.repeat_interleave(offsets.diff())
-
-    def prepare(self, query: Tensor, offsets: Tensor) -> _ExactState:
-        scores = query @ self.residuals.T
-        rows, num_cells = query.shape[0], offsets.numel() - 1
-        cell_index = self.cell_of_position.expand(rows, -1)
-        cell_max = scores.new_full((rows, num_cells), -math.inf).scatter_reduce_(
-            1, cell_index, scores, "amax"
-        )
-        shifted = (scores - cell_max.gather(1, cell_index)).exp_()
-        cum = shifted.cumsum(1, dtype=torch.float64)
-        cell_cum = prefix_sum(cum, offsets.expand(rows, -1))
-        log_cell_weights = cell_cum.diff(dim=1).log().float() + cell_max
-        return _ExactState(cum, cell_cum, log_cell_weights, scores)
-
-    def cell_log_weight(self, state: _ExactState) -> Tensor:
-        return state.log_cell_weights
-
-    def draw(
-        self, state: _ExactState, cells: Tensor, offsets: Tensor, generator: torch.Generator | None
-    ) -> Tensor:
-        return draw_weighted(state.cum, state.cell_cum, cells, offsets, generator)
-
-    def item_log_weight(self, state: _ExactState, ids: Tensor) -> Tensor:
-        return state.residual_scores.gather(1, self.positions[ids])
+from recsys_midx.samplers.last_stage import ExactStage, LastStage, PopularityStage, UniformStage
 
 
 class MIDXSampler(Sampler, IndexModule):
@@ -315,15 +88,16 @@ class MIDXSampler(Sampler, IndexModule):
         cell_draw: how cells are drawn (see the module docstring): ``"table"`` always from the
             per-query cell table; ``"two_stage"`` as ``k_1`` then ``k_2 | k_1`` whenever the cell
             masses factorise (two codebooks, uniform or popularity stage), else from the table;
-            ``"auto"`` (default) in two stages only when that is cheaper (see the module
-            docstring). The draws follow the same distribution either way.
+            ``"auto"`` (default) in two stages only when that is cheaper (see
+            :mod:`recsys_midx.samplers.cell_draws`). The draws follow the same distribution
+            either way.
         exact_top_codewords: ``t``; when positive, the exact softmax over the items whose codes
             are among each codebook's ``t`` best codewords for the query is mixed into the
             proposal (see :mod:`recsys_midx.samplers.exact_top`). It costs a snapshot of the
             item table in the state and ``|top cells| * D`` multiply-adds per query.
         exact_top_weight: the probability of a draw from those top cells, in ``(0, 1)``.
-        query_chunk_size: queries processed at once. Temporaries stay below roughly
-            ``query_chunk_size * (8 * #cells + 250 * M)`` bytes (measured), besides the
+        query_chunk_size: queries processed at once. Temporaries grow linearly with
+            ``query_chunk_size * (#cells + M)`` (a chunk's cell tables and draws), besides the
             ``12 * Q * M`` bytes of output; the exact stage further caps ``rows x N``.
         refresh_every_n_steps: how often a training loop should rebuild the proposal from the
             live item table, in optimiser steps (0: not by steps).
@@ -386,10 +160,10 @@ class MIDXSampler(Sampler, IndexModule):
                 f"num_codewords**num_codebooks = {num_codewords}**{num_codebooks} cells do not "
                 f"fit int64 cell keys"
             )
-        stages: dict[str, Callable[[], _LastStage]] = {
-            "uniform": _UniformStage,
-            "popularity": lambda: _PopularityStage(pop_alpha, pop_smoothing),
-            "exact": _ExactStage,
+        stages: dict[str, Callable[[], LastStage]] = {
+            "uniform": UniformStage,
+            "popularity": lambda: PopularityStage(pop_alpha, pop_smoothing),
+            "exact": ExactStage,
         }
         if cell_draw not in ("auto", "table", "two_stage"):
             raise ValueError(
@@ -408,7 +182,7 @@ class MIDXSampler(Sampler, IndexModule):
             warm_start_iters=warm_start_iters,
             seed=seed,
         )
-        self.stage: _LastStage = stages[last_stage]()
+        self.stage: LastStage = stages[last_stage]()
         if exact_top_codewords < 0:
             raise ValueError(f"exact_top_codewords must be >= 0, got {exact_top_codewords}")
         self.exact_top = (
@@ -448,19 +222,10 @@ class MIDXSampler(Sampler, IndexModule):
         item_emb = item_emb.detach()
         with full_precision(item_emb.device):
             codes = self.codebooks.fit(item_emb[1:])
-        keys = self._cell_keys(codes)
-        positions = torch.argsort(keys, stable=True)
-        sorted_keys = keys[positions]
-        present, counts = torch.unique_consecutive(sorted_keys, return_counts=True)
-        grid = self.codebooks.num_codewords**self.codebooks.num_codebooks
-        if present.numel() >= _DENSE_MIN_FILL * grid:
-            present = torch.arange(grid, device=keys.device)
-            counts = torch.bincount(keys, minlength=grid)
-        offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-        self.order = positions + 1
-        self.cell_offsets = offsets
-        self.cell_codes = self._decode_keys(present)
-        self.stage.rebuild(self.order, offsets, item_emb, item_counts, self.codebooks)
+        self.order, self.cell_offsets, self.cell_codes = build_cell_layout(
+            codes, self.codebooks.num_codewords
+        )
+        self.stage.rebuild(self.order, self.cell_offsets, item_emb, item_counts, self.codebooks)
         if self.exact_top is not None:
             self.exact_top.rebuild(item_emb, self.order)
 
@@ -497,12 +262,16 @@ class MIDXSampler(Sampler, IndexModule):
         with full_precision(query.device):
             grid = self._two_stage_grid(num_samples)
             for rows, z in self._chunks(query):
+                scores = self.codebooks.scores(z)
                 drawn = None
                 if grid is not None:
-                    drawn = self._draw_cells_in_two_stages(z, grid, num_samples, generator)
+                    drawn = draw_cells_in_two_stages(scores, grid, num_samples, generator)
                 if drawn is None:
-                    drawn = self._draw_cells_from_table(z, num_samples, generator)
-                scores, state, log_z, cells = drawn
+                    state, log_z, cells = self._draw_cells_from_table(
+                        z, scores, num_samples, generator
+                    )
+                else:
+                    state, (log_z, cells) = None, drawn
                 positions = self.stage.draw(state, cells, self.cell_offsets, generator)
                 chunk_ids = self.order[positions.clamp_(0, self.num_items - 1)]
                 if self.exact_top is None:
@@ -558,7 +327,7 @@ class MIDXSampler(Sampler, IndexModule):
 
         Equal to :meth:`log_prob` of all ids, but each codebook's scores are looked up by the
         items' codes with one ``index_select`` shared by all queries instead of a per-query
-        gather of ``[Q, N, B]`` codes (measured 5-12x faster at ``N = 1e5``).
+        gather of ``[Q, N, B]`` codes, which it never builds.
 
         Raises:
             RuntimeError: before the first :meth:`update`.
@@ -571,7 +340,9 @@ class MIDXSampler(Sampler, IndexModule):
             grid = self._two_stage_grid(0)
             for rows, z in self._chunks(query):
                 scores, state, log_z = self._log_normaliser(z, grid)
-                log_q = self._summed_codeword_scores(scores, self.codebooks.codes)
+                log_q = summed_codeword_scores(
+                    scores, self.codebooks.codes, self.codebooks.num_codewords
+                )
                 log_q += self.stage.item_log_weight(state, ids.expand(z.shape[0], -1))
                 log_q.sub_(log_z)
                 if self.exact_top is not None:
@@ -611,11 +382,8 @@ class MIDXSampler(Sampler, IndexModule):
         """Whether ``num_samples`` draws per query (0: only the normaliser) go in two stages.
 
         They can when the cell masses factor as ``e_1(k_1) * e_2(k_2) * W[k_1, k_2]`` with a
-        query-independent ``W`` (two codebooks, uniform or popularity stage). ``"auto"`` takes
-        them when their cost, in units of the table's work per cell (an exp, a cumsum and a
-        search: 7-10 ns on one CPU thread), is below the table's ``#cells``: ``K**2 / 256`` for
-        the matrix product (~0.03 ns per multiply-add) plus ``2*M*K`` for the conditionals
-        (measured 5-11 ns per element). For the dense grid that is about ``2 * M <= K``.
+        query-independent ``W`` (two codebooks, uniform or popularity stage); ``"auto"`` takes
+        them when :func:`~recsys_midx.samplers.cell_draws.two_stages_are_cheaper`.
         """
         if (
             self.cell_draw == "table"
@@ -623,111 +391,49 @@ class MIDXSampler(Sampler, IndexModule):
             or self.stage.query_dependent
         ):
             return False
-        k = self.codebooks.num_codewords
-        return self.cell_draw == "two_stage" or k * k // 256 + 2 * num_samples * k <= self.num_cells
+        return self.cell_draw == "two_stage" or two_stages_are_cheaper(
+            self.codebooks.num_codewords, num_samples, self.num_cells
+        )
 
-    def _two_stage_grid(self, num_samples: int) -> _CodePairGrid | None:
+    def _two_stage_grid(self, num_samples: int) -> CodePairGrid | None:
         """The code-pair grid if ``num_samples`` draws per query (0: only the normaliser) go in
         two stages, else ``None`` (the cell table)."""
         return self._code_pair_grid() if self._draws_in_two_stages(num_samples) else None
 
-    def _code_pair_grid(self) -> _CodePairGrid:
+    def _code_pair_grid(self) -> CodePairGrid:
         """The cell weights as a ``[K, K]`` matrix over code pairs, and the cell of each pair."""
-        k = self.codebooks.num_codewords
         weights = self.stage.cell_log_weight(None).exp()
-        if self.is_dense:
-            return _CodePairGrid(weights.view(k, k), None)
-        keys = self._cell_keys(self.cell_codes)
-        grid = weights.new_zeros(k * k).index_put_((keys,), weights)
-        # Pairs of empty cells have zero weight and are never drawn; 0 is only a placeholder.
-        cells = torch.zeros(k * k, dtype=torch.long, device=keys.device)
-        cells[keys] = torch.arange(keys.numel(), device=keys.device)
-        return _CodePairGrid(grid.view(k, k), cells)
-
-    def _factorised_masses(
-        self, z: Tensor, grid: _CodePairGrid
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
-        """Codeword scores ``[Qc, 2K]``, ``k_1`` masses ``[Qc, K]``, ``e_2`` ``[Qc, K]`` and the
-        log shift ``[Qc, 1]`` of the masses; ``None`` if a query's masses underflow to zero.
-
-        The masses are ``e_1(k_1) * sum_{k_2} W[k_1, k_2] e_2(k_2)`` with ``e_b = exp(s_b - max
-        s_b)``; the log normaliser is ``shift + log(sum of the masses)``.
-        """
-        k = self.codebooks.num_codewords
-        scores = self.codebooks.scores(z)
-        per_book = scores.view(z.shape[0], 2, k)
-        peak = per_book.amax(2, keepdim=True)
-        e_1, e_2 = per_book.sub(peak).exp_().unbind(1)
-        masses = (e_2 @ grid.weights.T).mul_(e_1)
-        if not bool((masses.sum(1) > 0).all()):
-            return None
-        return scores, masses, e_2, peak.sum(1)
-
-    def _draw_cells_in_two_stages(
-        self, z: Tensor, grid: _CodePairGrid, num_samples: int, generator: torch.Generator | None
-    ) -> tuple[Tensor, None, Tensor, Tensor] | None:
-        """Scores, stage state, ``log Z`` ``[Qc, 1]`` and cells ``[Qc, M]`` drawn as ``k_1`` from
-        its marginal then ``k_2 | k_1``; ``None`` if the masses underflow (see the module doc)."""
-        factorised = self._factorised_masses(z, grid)
-        if factorised is None:
-            return None
-        scores, masses, e_2, shift = factorised
-        k_1, total = inverse_cdf(masses, num_samples, generator)
-        conditional = grid.weights[k_1].mul_(e_2.unsqueeze(1))
-        k_2, _ = inverse_cdf(conditional, 1, generator)
-        pairs = k_1 * self.codebooks.num_codewords + k_2.squeeze(2)
-        cells = pairs if grid.cells is None else grid.cells[pairs]
-        return scores, None, shift + total.log(), cells
+        return code_pair_grid(weights, self.cell_codes, self.codebooks.num_codewords, self.is_dense)
 
     def _draw_cells_from_table(
-        self, z: Tensor, num_samples: int, generator: torch.Generator | None
-    ) -> tuple[Tensor, Any, Tensor, Tensor]:
-        """Scores, stage state, ``log Z`` ``[Qc, 1]`` and cells ``[Qc, M]`` drawn from the
-        per-query cell table."""
-        scores, state, table = self._cell_table(z)
-        peak = table.amax(1, keepdim=True)
-        cells, total = inverse_cdf(table.sub_(peak).exp_(), num_samples, generator)
-        return scores, state, peak + total.log(), cells
+        self, z: Tensor, scores: Tensor, num_samples: int, generator: torch.Generator | None
+    ) -> tuple[Any, Tensor, Tensor]:
+        """Stage state, ``log Z`` ``[Qc, 1]`` and cells ``[Qc, M]`` drawn from the per-query cell
+        table of queries ``z`` with codeword scores ``scores``."""
+        state, table = self._cell_table(z, scores)
+        return state, *draw_cells_from_table(table, num_samples, generator)
 
     def _log_normaliser(
-        self, z: Tensor, grid: _CodePairGrid | None
+        self, z: Tensor, grid: CodePairGrid | None
     ) -> tuple[Tensor, Any, Tensor]:
         """Scores, stage state and ``log Z`` ``[Qc, 1]``, from the factorised masses when the
         code-pair grid is given (and the masses do not underflow), else from the cell table."""
-        factorised = None if grid is None else self._factorised_masses(z, grid)
+        scores = self.codebooks.scores(z)
+        factorised = None if grid is None else factorised_masses(scores, grid)
         if factorised is not None:
-            scores, masses, _, shift = factorised
+            masses, _, shift = factorised
             return scores, None, shift + masses.sum(1, keepdim=True).log()
-        scores, state, table = self._cell_table(z)
+        state, table = self._cell_table(z, scores)
         return scores, state, table.logsumexp(1, keepdim=True)
 
-    def _cell_table(self, z: Tensor) -> tuple[Tensor, Any, Tensor]:
-        """Codeword scores ``[Qc, B*K]``, stage state, and the log cell masses ``[Qc, C]``.
-
-        The cell masses ``sum_b s_b(k_b) + log W_cell`` are unnormalised log-probabilities.
-        """
-        scores = self.codebooks.scores(z)
-        num_books, k = self.codebooks.num_codebooks, self.codebooks.num_codewords
-        per_book = scores.view(z.shape[0], num_books, k)
-        if self.is_dense:
-            # A copy even for B = 1: callers update the table in place.
-            table = per_book[:, 0].clone() if num_books == 1 else per_book[:, 0]
-            for b in range(1, num_books):
-                table = (table.unsqueeze(2) + per_book[:, b].unsqueeze(1)).flatten(1)
-        else:
-            table = self._summed_codeword_scores(scores, self.cell_codes)
+    def _cell_table(self, z: Tensor, scores: Tensor) -> tuple[Any, Tensor]:
+        """Stage state and the log cell masses ``[Qc, C]`` of queries ``z`` with codeword scores
+        ``scores``: ``sum_b s_b(k_b) + log W_cell``, unnormalised log-probabilities."""
+        table = cell_score_table(
+            scores, self.cell_codes, self.codebooks.num_codewords, self.is_dense
+        )
         state = self.stage.prepare(z, self.cell_offsets)
-        return scores, state, table.add_(self.stage.cell_log_weight(state))
-
-    def _summed_codeword_scores(self, scores: Tensor, codes: Tensor) -> Tensor:
-        """``sum_b s_b(codes[c, b])`` ``[Qc, C]`` for codeword scores ``[Qc, B*K]`` and code rows
-        ``[C, B]`` shared by all queries (cells or items): one ``index_select`` per codebook."""
-        num_books, k = self.codebooks.num_codebooks, self.codebooks.num_codewords
-        per_book = scores.view(scores.shape[0], num_books, k)
-        total = per_book[:, 0].index_select(1, codes[:, 0])
-        for b in range(1, num_books):
-            total += per_book[:, b].index_select(1, codes[:, b])
-        return total
+        return state, table.add_(self.stage.cell_log_weight(state))
 
     def _log_q(
         self, scores: Tensor, state: Any, log_z: Tensor, ids: Tensor, codes: Tensor
@@ -753,25 +459,5 @@ class MIDXSampler(Sampler, IndexModule):
         )
 
     def _cells_of_keys(self, keys: Tensor) -> tuple[Tensor, Tensor]:
-        """Table index of each cell key and whether the cell is in the table (a sparse table
-        holds only the non-empty cells, in key order)."""
-        if self.is_dense:
-            return keys, torch.ones_like(keys, dtype=torch.bool)
-        table_keys = self._cell_keys(self.cell_codes)
-        cells = torch.searchsorted(table_keys, keys).clamp_max_(table_keys.numel() - 1)
-        return cells, table_keys[cells] == keys
-
-    def _radix(self, device: torch.device) -> Tensor:
-        """``[K**(B-1), ..., K, 1]``: the place values of the mixed-radix cell keys."""
-        powers = torch.arange(self.codebooks.num_codebooks - 1, -1, -1, device=device)
-        return self.codebooks.num_codewords**powers
-
-    def _cell_keys(self, codes: Tensor) -> Tensor:
-        """Cell key ``sum_b k_b * K**(B-1-b)`` of each code row ``[n, B]``: the row-major index
-        into the dense ``K**B`` grid."""
-        return (codes * self._radix(codes.device)).sum(1)
-
-    def _decode_keys(self, keys: Tensor) -> Tensor:
-        """Codes ``[C, B]`` of cell keys ``[C]``, the inverse of :meth:`_cell_keys`."""
-        place_values = torch.div(keys.unsqueeze(1), self._radix(keys.device), rounding_mode="floor")
-        return place_values % self.codebooks.num_codewords
+        """Table index of each cell key and whether the cell is in the table."""
+        return cells_of_keys(keys, self.cell_codes, self.codebooks.num_codewords, self.is_dense)

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from recsys_midx.data.errors import DataError, MissingColumnsError
 from recsys_midx.data.readers.streams import COMPRESSION, open_text, tracked_stream
 
-#: Bytes of text parsed per batch. pyarrow's streaming readers read about twenty blocks ahead,
+#: Bytes of text parsed per batch. pyarrow's streaming readers read many blocks ahead,
 #: so this bounds the raw text held in memory at once.
 BLOCK_SIZE = 1 << 20
 #: Lines parsed per batch by the formats that parse line by line in Python.

@@ -17,8 +17,8 @@ class Steam(RemoteSource):
 
     Despite its name, ``steam_reviews.json.gz`` is not JSON: each line is a Python dict literal
     with single-quoted strings. Lines are parsed with :func:`ast.literal_eval` (literals only,
-    never code), a batch of lines at a time: about 15k lines a second on one core, so the 7.8M
-    reviews take several minutes, once (the result is cached). Review days (``YYYY-MM-DD``)
+    never code), a batch of lines at a time: slow, but the 7.8M reviews are parsed only once
+    (the result is cached). Review days (``YYYY-MM-DD``)
     become midnight UTC, so a user's reviews of the same day keep their order in the file. No md5
     is published.
 

@@ -11,7 +11,7 @@ weight, then at every step
 
 So the next item is very often predictable from the current one (a model of sequences wins),
 while global popularity alone predicts it poorly. Users are simulated together, one time step at
-a time, so 100k users x 1M items take seconds.
+a time, so the Python loop runs once per time step, not once per user.
 """
 
 from __future__ import annotations

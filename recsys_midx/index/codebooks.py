@@ -1,4 +1,4 @@
-"""Codebooks for the MIDX samplers: product and residual quantisation of the item table.
+"""Product and residual quantisation of an item table into codebooks (for MIDX and EDRep).
 
 Both quantisers give every item ``B`` codes ``(k_1..k_B)`` from ``B`` codebooks of ``K`` codewords,
 and a reconstruction ``c_i`` that is linear in the codewords, so a query's score against it splits
@@ -9,92 +9,26 @@ into ``B`` codeword scores: ``z.c_i = sum_b s_b(k_b)``.
 * :class:`ResidualCodebooks` (RQ) runs k-means on the items, then on what the first level leaves
   (the residual), and so on; ``c_i`` sums one codeword per level. Encoding is greedy (beam 1).
 
-Codebooks are trained with faiss k-means on a random subset of at most
-``max_points_per_centroid * K`` items (faiss's own default cap, which is what makes a build fast),
-and a refit starts from the previous codewords with fewer iterations. Encoding runs in torch, in
-chunks, on the device of the item table; codewords and codes are buffers on that device.
+Codebooks are trained with faiss k-means (:mod:`recsys_midx.index.kmeans`) on a random subset
+of at most ``max_points_per_centroid * K`` items (faiss's own default cap, which is what makes a
+build fast), and a refit starts from the previous codewords with fewer iterations. Encoding runs
+in torch, in chunks, on the device of the item table; codewords and codes are buffers on that
+device.
 """
 
 from __future__ import annotations
 
 import abc
-import contextlib
-from collections.abc import Callable, Iterator
 from typing import Any
 
-import faiss
-import numpy as np
 import torch
 from torch import Tensor
 
+from recsys_midx.index.kmeans import kmeans
+from recsys_midx.index.module import IndexModule
+
 #: Rows encoded at once are capped so that the ``rows x (B*K)`` distance block stays ~16 MiB.
 _ENCODE_BLOCK_ELEMENTS = 1 << 22
-
-#: Below this many multiply-adds per k-means iteration faiss runs on one thread: on a small,
-#: shared CPU the OpenMP fork/join per iteration costs far more than the arithmetic (measured
-#: 15x slower with 2 threads than with 1 for 16k x 32 points and 64 centroids).
-_KMEANS_SERIAL_WORK = 1 << 28
-
-
-class IndexModule(torch.nn.Module):
-    """A module whose state is an index rebuilt from data, kept in buffers.
-
-    Two departures from ``torch.nn.Module``:
-
-    * ``load_state_dict`` normally refuses tensors whose shape differs from the local buffer; here
-      a buffer first takes the incoming shape and dtype (on its own device), so a checkpoint loads
-      into a freshly constructed, never-built module.
-    * Module-wide dtype casts (``.to(torch.bfloat16)``, ``.half()``, as done by "true" low
-      precision training) move buffers but keep their dtypes: a bf16 cumulative weight table or
-      codebook would silently coarsen the proposal and its ``log q``.
-    """
-
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> IndexModule:
-        def keep_dtype(t: Tensor) -> Tensor:
-            if not t.is_floating_point():
-                return fn(t)
-            if t.dim() == 0:
-                return fn(t).to(t.dtype)
-            # A byte view is not floating point, so casts skip it while device moves still apply.
-            return fn(t.view(torch.uint8)).view(t.dtype)
-
-        return super()._apply(keep_dtype, recurse)
-
-    def _load_from_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
-    ) -> None:
-        for name, buf in self._buffers.items():
-            incoming = state_dict.get(prefix + name)
-            if buf is None or not isinstance(incoming, Tensor):
-                continue
-            if incoming.shape != buf.shape or incoming.dtype != buf.dtype:
-                self._buffers[name] = torch.empty(
-                    incoming.shape, dtype=incoming.dtype, device=buf.device
-                )
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
-
-
-@contextlib.contextmanager
-def _faiss_threads(num_threads: int | None) -> Iterator[None]:
-    """Run the body with ``num_threads`` OpenMP threads in faiss (``None``: leave as is)."""
-    if num_threads is None:
-        yield
-        return
-    previous = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(previous)
 
 
 def nearest_codeword(x: Tensor, codewords: Tensor) -> Tensor:
@@ -258,34 +192,16 @@ class Codebooks(IndexModule, abc.ABC):
         return x[rows.to(x.device)]
 
     def _kmeans(self, x: Tensor, init: Tensor | None, niter: int, seed: int) -> Tensor:
-        """faiss k-means of ``x`` ``[n, d]`` into ``K`` centroids, starting from ``init``.
-
-        The only place that calls faiss. The training set is small (at most
-        ``max_points_per_centroid * K`` rows), so it is copied to host memory; with a faiss GPU
-        build and CUDA tensors, faiss assigns points on the GPU (``gpu=True``).
-        """
-        k, d = self.num_codewords, x.shape[1]
-        if niter == 0 and init is not None:
-            return init.clone()
-        use_gpu = x.is_cuda and faiss.get_num_gpus() > 0
-        serial = not use_gpu and x.shape[0] * k * d < _KMEANS_SERIAL_WORK
-        kmeans = faiss.Kmeans(
-            d,
-            k,
+        """:func:`~recsys_midx.index.kmeans.kmeans` of ``x`` ``[n, d]`` into this codebook's ``K``
+        codewords, starting from ``init``."""
+        return kmeans(
+            x,
+            self.num_codewords,
+            init=init,
             niter=niter,
             seed=seed,
             max_points_per_centroid=self.max_points_per_centroid,
-            # Only used for a "too few points" warning; K <= n is checked by fit().
-            min_points_per_centroid=1,
-            gpu=use_gpu,
-            verbose=False,
         )
-        with _faiss_threads(1 if serial else None):
-            kmeans.train(
-                np.ascontiguousarray(x.cpu().numpy()),
-                init_centroids=None if init is None else init.detach().cpu().numpy(),
-            )
-        return torch.from_numpy(kmeans.centroids).to(x.device)
 
     def _check_dim(self, dim: int) -> None:
         """Raise ValueError if vectors of dimension ``dim`` cannot be quantised."""
