@@ -177,7 +177,7 @@ class SeqRecDataModule(L.LightningDataModule):
         return training_batch(self._split, np.asarray(rows), self.max_len)
 
     def _eval_batch(self, rows: list[int], spans: Spans) -> Batch:
-        """Collate queries ``rows`` of ``spans``: history ``items[start:end]``, target at ``end``."""
+        """Collate queries ``rows`` of ``spans``: history ``items[start:end]``, target ``end``."""
         split, index = self._split, np.asarray(rows)
         starts, ends = spans.starts[index], spans.ends[index]
         history_width = int((ends - starts).max())

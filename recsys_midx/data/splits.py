@@ -41,6 +41,10 @@ class Spans:
         starts: ``int64 [R]`` first position of each row's slice.
         ends: ``int64 [R]`` end (exclusive) of each row's slice; for evaluation, the target's
             position.
+
+    Example:
+        >>> test = split.spans("test")  # doctest: +SKIP
+        >>> history, target = split.items[test.starts[0]:test.ends[0]], split.items[test.ends[0]]
     """
 
     starts: np.ndarray

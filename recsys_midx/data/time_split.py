@@ -197,6 +197,13 @@ class GlobalTimeSplit:
         train: the training sequences (interactions before ``val_cutoff``).
         val: the validation queries (target: first interaction in ``[val_cutoff, test_cutoff)``).
         test: the test queries (target: first interaction at or after ``test_cutoff``).
+
+    Example:
+        >>> frame = pd.DataFrame({"user_id": [1, 1, 1, 2, 2], "item_id": [1, 2, 3, 2, 3],
+        ...                       "timestamp": [1, 5, 9, 2, 6]})
+        >>> split = GlobalTimeSplit.from_interactions(frame, 3, val_cutoff=5, test_cutoff=9)
+        >>> split.items[split.test.starts[0]:split.test.ends[0]], split.items[split.test.ends]
+        (array([1, 2]), array([3]))
     """
 
     items: np.ndarray

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import logging
 
 import pandas as pd
 
@@ -34,11 +33,13 @@ class Custom(Source):
 
     Ids may be integers or text (text ids made only of canonical integers are ordered as
     numbers); times may be seconds since the epoch or ISO 8601 dates/date-times; a rating column
-    is optional. Without a time column (``time`` mapped to None) the files are taken to be in
-    time order: each user's interactions keep their order in the files (read one after the
-    other), and the processed ``timestamp`` holds each row's 0-based position there. A folder is read as the concatenation of its files (recursively, in name order,
+    is optional. A folder is read as the concatenation of its files (recursively, in name order,
     skipping names that start with ``.`` or ``_`` such as ``_SUCCESS``). The cache is keyed by the
     files' paths, sizes and modification times, so editing a file rebuilds the processed data.
+
+    Without a time column (``time`` mapped to None) the files are taken to be in time order:
+    each user's interactions keep their order in the files (read one after the other), and the
+    processed ``timestamp`` holds each row's 0-based position there.
 
     Args:
         name: the dataset's name (labels the processed folder).
