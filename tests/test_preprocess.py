@@ -259,14 +259,24 @@ def test_empty_input_is_an_error() -> None:
 
 def test_bad_frames_are_reported() -> None:
     raw = _frame([(1, 1, 1)])
-    with pytest.raises(DataError, match=r"lacks column\(s\) \['timestamp'\]"):
-        preprocess(raw.drop(columns="timestamp"), NO_FILTER)
+    # A frame without timestamps is in time order (test below); users and items are required.
+    with pytest.raises(DataError, match=r"lacks column\(s\) \['user'\]"):
+        preprocess(raw.drop(columns="user"), NO_FILTER)
     with pytest.raises(DataError, match="needs a 'rating' column"):
         preprocess(raw, PreprocessSettings(min_rating=3))
     with pytest.raises(DataError, match="integer seconds"):
         preprocess(raw.astype({"timestamp": float}), NO_FILTER)
     with pytest.raises(DataError, match="'user' has 1 missing values"):
         preprocess(_frame([(None, 1, 1)]), NO_FILTER)
+
+
+def test_a_frame_without_timestamps_keeps_its_row_order() -> None:
+    raw = _frame([("b", 1, 0), ("a", 2, 0), ("b", 3, 0), ("a", 1, 0), ("b", 2, 0)])
+    out = preprocess(raw.drop(columns="timestamp"), NO_FILTER)
+    assert _raw_pairs(out) == [("a", "2"), ("a", "1"), ("b", "1"), ("b", "3"), ("b", "2")]
+    assert out.interactions["timestamp"].tolist() == [1, 3, 0, 2, 4]
+    assert out.stats["timestamp"] == "row position"
+    assert preprocess(raw, NO_FILTER).stats["timestamp"] == "seconds"
 
 
 def test_settings_are_validated_and_normalised() -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,6 +24,7 @@ from recsys_midx.data import (
     MissingColumnsError,
     MissingFilesError,
 )
+from recsys_midx.experiment import train
 
 COLUMNS = {"user": "uid", "item": "sku", "time": "ts"}
 NO_FILTER = {"user_core": 0, "item_core": 0}
@@ -144,3 +147,58 @@ def test_config_maps_the_columns(compose_config: Callable[..., DictConfig],
     ])
     ds = instantiate(cfg.dataset).prepare(tmp_path / "data")
     assert _raw_rows(ds) == EXPECTED
+
+
+# A file without times: string ids, users interleaved, items not in id order.
+UNTIMED = [("c-2", "SKU-9"), ("c-1", "SKU-3"), ("c-2", "SKU-1"), ("c-1", "SKU-1"),
+           ("c-2", "SKU-5"), ("c-1", "SKU-2")]
+
+
+def test_without_a_time_column_the_file_order_is_kept_and_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "orders.csv"
+    pd.DataFrame(UNTIMED, columns=["uid", "sku"]).to_csv(path, index=False)
+    source = Custom("shop", str(path), {"user": "uid", "item": "sku", "time": None},
+                    preprocess=NO_FILTER)
+    with caplog.at_level(logging.WARNING):
+        ds = source.prepare(tmp_path / "data")
+        assert source.prepare(tmp_path / "data").directory == ds.directory  # cached
+    assert _raw_rows(ds) == [("c-1", "SKU-3"), ("c-1", "SKU-1"), ("c-1", "SKU-2"),
+                             ("c-2", "SKU-9"), ("c-2", "SKU-1"), ("c-2", "SKU-5")]
+    # The timestamps are the rows' positions in the file, and say so.
+    assert ds.interactions["timestamp"].tolist() == [1, 3, 5, 0, 2, 4]
+    assert ds.time_is_row_order
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "dataset.columns.time is null" in warnings[0].getMessage()
+
+
+def test_an_explicit_time_column_still_orders_by_time(tmp_path: Path) -> None:
+    path = tmp_path / "orders.csv"
+    # Times run against the file order.
+    frame = pd.DataFrame(UNTIMED, columns=["uid", "sku"]).assign(ts=range(60, 0, -10))
+    frame.to_csv(path, index=False)
+    ds = Custom("shop", str(path), COLUMNS, preprocess=NO_FILTER).prepare(tmp_path / "data")
+    assert _raw_rows(ds) == [("c-1", "SKU-2"), ("c-1", "SKU-1"), ("c-1", "SKU-3"),
+                             ("c-2", "SKU-5"), ("c-2", "SKU-1"), ("c-2", "SKU-9")]
+    assert not ds.time_is_row_order
+
+
+def test_a_csv_with_text_ids_and_no_times_trains(
+    compose_config: Callable[..., DictConfig], tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(0)
+    rows = [(f"user-{u}", f"item-{i}") for u in rng.integers(0, 40, 800)
+            for i in rng.integers(0, 30, 1)]
+    path = tmp_path / "events.csv"
+    pd.DataFrame(rows, columns=["uid", "sku"]).to_csv(path, index=False)
+    cfg = compose_config([
+        "dataset=custom", f"dataset.path={path}", "dataset.columns.user=uid",
+        "dataset.columns.item=sku", "dataset.columns.time=null", "preprocess=none",
+        "model.dim=16", "model.max_len=12", "trainer.max_epochs=1", "trainer.accelerator=cpu",
+        "task.datamodule.batch_size=16", "callbacks.progress_bar.refresh_rate=0",
+        "sampler=uniform", "sampler.num_negatives=10",
+    ])
+    results = train(cfg)
+    assert 0.0 <= results["metrics"]["test/ndcg@10"] <= 1.0
+    assert results["dataset"]["timestamp"] == "row position"

@@ -1,4 +1,4 @@
-"""Lightning data module for sequential recommendation with a leave-one-out split."""
+"""Lightning data module for sequential recommendation, split leave-one-out or by global time."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 from recsys_midx.data.pipeline import PreparedDataset
 from recsys_midx.data.resumable import ResumableLoader
 from recsys_midx.data.sources.base import Source
-from recsys_midx.data.splits import LeaveOneOutSplit
+from recsys_midx.data.splits import LeaveOneOut, SequenceSplit, Spans, SplitStrategy, Stage
 from recsys_midx.distributed import eval_sampler
 
 Batch = dict[str, Tensor]
@@ -44,19 +44,21 @@ def _left_padded_windows(
     return np.where(index >= starts[:, None], items[np.maximum(index, 0)], 0)
 
 
-def training_batch(split: LeaveOneOutSplit, rows: np.ndarray, max_len: int) -> Batch:
-    """Training sequences of users ``rows``: ``inputs`` and next-item ``targets``, ``[B, max_len]``.
+def training_batch(split: SequenceSplit, rows: np.ndarray, max_len: int) -> Batch:
+    """Training sequences of rows ``rows``: ``inputs`` and next-item ``targets``, ``[B, max_len]``.
 
-    Each row is the user's training part (all but its last two items), cut to its last
-    ``max_len + 1`` items and left-padded; ``targets`` is ``inputs`` shifted by one position.
+    Each row is a training sequence of ``split.spans("train")`` (for leave-one-out, a user's
+    items but the last two), cut to its last ``max_len + 1`` items and left-padded; ``targets``
+    is ``inputs`` shifted by one position.
     """
-    starts, ends = split.offsets[rows], split.offsets[rows + 1] - 2
+    spans = split.spans("train")
+    starts, ends = spans.starts[rows], spans.ends[rows]
     window = _left_padded_windows(split.items, starts, ends, max_len + 1)
     return {"inputs": torch.from_numpy(window[:, :-1]), "targets": torch.from_numpy(window[:, 1:])}
 
 
 class SeqRecDataModule(L.LightningDataModule):
-    """Serves training sequences and leave-one-out evaluation queries for one dataset.
+    """Serves training sequences and evaluation queries for one dataset, split by ``split``.
 
     Training batches hold every user's training sequence (its last ``max_len + 1`` items): each
     position predicts the next item, so one sample per user trains all its prefixes at once.
@@ -70,6 +72,9 @@ class SeqRecDataModule(L.LightningDataModule):
         batch_size: users per training batch.
         eval_batch_size: users per evaluation batch.
         num_workers: data loader worker processes (0 is usually fastest: collation is vectorised).
+        split: how training, validation and test are formed (the ``split`` config group):
+            :class:`~recsys_midx.data.splits.LeaveOneOut` (default) or
+            :class:`~recsys_midx.data.time_split.GlobalTime`.
 
     Raises:
         ValueError: if ``max_len`` or a batch size is not positive.
@@ -88,6 +93,7 @@ class SeqRecDataModule(L.LightningDataModule):
         batch_size: int = 128,
         eval_batch_size: int = 256,
         num_workers: int = 0,
+        split: SplitStrategy | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -101,8 +107,9 @@ class SeqRecDataModule(L.LightningDataModule):
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
+        self.splitter: SplitStrategy = split if split is not None else LeaveOneOut()
         self.dataset: PreparedDataset | None = None
-        self.split: LeaveOneOutSplit | None = None
+        self.split: SequenceSplit | None = None
 
     def prepare_data(self) -> None:
         self.source.prepare(self.data_dir)
@@ -110,7 +117,7 @@ class SeqRecDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.split is None:
             dataset = self.source.prepare(self.data_dir)
-            self.split = LeaveOneOutSplit.from_interactions(dataset.interactions, dataset.num_items)
+            self.split = self.splitter.build(dataset)
             # The split holds what training and evaluation read (8 bytes per interaction); the
             # frame (24+ bytes per interaction) would otherwise stay alive in every DDP rank.
             self.dataset = replace(dataset, interactions=dataset.interactions.iloc[:0])
@@ -130,24 +137,29 @@ class SeqRecDataModule(L.LightningDataModule):
         return torch.from_numpy(self._split.train_item_counts())
 
     @property
-    def _split(self) -> LeaveOneOutSplit:
+    def _split(self) -> SequenceSplit:
         if self.split is None:
             raise RuntimeError("SeqRecDataModule.setup() must run before the data is used")
         return self.split
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self._train_batch, self.batch_size, shuffle=True)
+        return self._loader("train", self._train_batch, self.batch_size, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(partial(self._eval_batch, holdout=2), self.eval_batch_size, False)
+        return self._eval_loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(partial(self._eval_batch, holdout=1), self.eval_batch_size, False)
+        return self._eval_loader("test")
+
+    def _eval_loader(self, stage: Stage) -> DataLoader:
+        spans = self._split.spans(stage)
+        return self._loader(stage, partial(self._eval_batch, spans=spans), self.eval_batch_size,
+                            shuffle=False)
 
     def _loader(
-        self, collate: Callable[[list[int]], Batch], batch_size: int, shuffle: bool
+        self, stage: Stage, collate: Callable[[list[int]], Batch], batch_size: int, shuffle: bool
     ) -> DataLoader:
-        rows = _Rows(self._split.num_users)
+        rows = _Rows(len(self._split.spans(stage)))
         # Training shards come from Lightning's distributed sampler; evaluation shards must not
         # repeat users to even out the ranks, so they get an unpadded sampler.
         # The training loader can replay its order, so that a run resumes mid-epoch exactly.
@@ -164,10 +176,10 @@ class SeqRecDataModule(L.LightningDataModule):
     def _train_batch(self, rows: list[int]) -> Batch:
         return training_batch(self._split, np.asarray(rows), self.max_len)
 
-    def _eval_batch(self, rows: list[int], holdout: int) -> Batch:
-        """Collate for the target ``holdout`` items from the end (2: validation, 1: test)."""
+    def _eval_batch(self, rows: list[int], spans: Spans) -> Batch:
+        """Collate queries ``rows`` of ``spans``: history ``items[start:end]``, target ``end``."""
         split, index = self._split, np.asarray(rows)
-        starts, ends = split.offsets[index], split.offsets[index + 1] - holdout
+        starts, ends = spans.starts[index], spans.ends[index]
         history_width = int((ends - starts).max())
         return {
             "inputs": torch.from_numpy(_left_padded_windows(split.items, starts, ends, self.max_len)),

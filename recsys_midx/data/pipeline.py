@@ -9,8 +9,10 @@ Files of a processed folder:
 
 ``interactions.parquet``
     ``user_id`` int32 (1..U), ``item_id`` int32 (1..N), ``timestamp`` int64 (seconds since the
-    epoch), ``rating`` float32 (NaN when the source has no ratings). Sorted by ``user_id``, then
-    ``timestamp``; equal timestamps keep the source's order. Id 0 is padding and never occurs.
+    epoch; for a source without times, such as ``dataset.columns.time=null``, the row's 0-based
+    position in the source's files, read in order, so that order stands for time), ``rating``
+    float32 (NaN when the source has no ratings). Sorted by ``user_id``, then ``timestamp``;
+    equal timestamps keep the source's order. Id 0 is padding and never occurs.
 ``user_map.parquet``
     ``user_id`` int32, ``raw_id`` string: the source's id of each user, ordered by ``user_id``.
     Ids follow the ascending order of the raw ids (numeric order for numeric raw ids).
@@ -19,7 +21,9 @@ Files of a processed folder:
 ``stats.json``
     ``users``, ``items``, ``interactions``, ``density``, ``sequence_length`` (``min``, ``p25``,
     ``p50``, ``p75``, ``p90``, ``max``, ``mean``), ``rows_after_step`` (rows left after each
-    filter), ``core_passes`` and ``settings`` (the preprocess settings).
+    filter), ``core_passes``, ``settings`` (the preprocess settings) and ``timestamp``
+    (``"seconds"`` or ``"row position"``: what the timestamps count; absent from folders written
+    before it existed, which hold seconds).
 ``settings.json``
     ``name``, ``schema_version``, ``fingerprint`` (the source's) and ``preprocess`` (the settings):
     everything the folder's key was computed from.
@@ -39,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recsys_midx.data.cache import cached, checked_settings, processed_directory, write_json
-from recsys_midx.data.preprocess import ProcessedData, preprocess
+from recsys_midx.data.preprocess import TIMESTAMP_ROW_POSITION, ProcessedData, preprocess
 
 if TYPE_CHECKING:
     from recsys_midx.data.sources.base import Source
@@ -79,6 +83,11 @@ class PreparedDataset:
     num_users: int
     num_items: int
     stats: dict[str, Any]
+
+    @property
+    def time_is_row_order(self) -> bool:
+        """True when the timestamps are row positions: the source had no time column."""
+        return self.stats.get("timestamp") == TIMESTAMP_ROW_POSITION
 
 
 def cache_settings(source: Source) -> dict[str, Any]:

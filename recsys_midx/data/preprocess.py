@@ -1,5 +1,8 @@
 """Turn a raw interaction frame into filtered, chronologically sorted interactions with dense ids.
 
+A raw frame without a ``timestamp`` column is taken to be in time order: each row's position
+(0, 1, ...) becomes its timestamp, so every step that orders by time keeps the rows' order.
+
 The steps run in a fixed order: rating threshold, de-duplication of (user, item) pairs, k-core
 filtering, truncation of each user's sequence to its most recent ``max_seq_len`` interactions, and
 removal of users left with fewer than ``min_seq_len``; then users and items get dense ids ``1..U``
@@ -26,6 +29,10 @@ log = logging.getLogger(__name__)
 
 _DEDUP_POLICIES = ("keep", "first", "last")
 _QUANTILES = {"p25": 25, "p50": 50, "p75": 75, "p90": 90}
+
+#: ``stats["timestamp"]``: what the processed timestamps count.
+TIMESTAMP_SECONDS = "seconds"
+TIMESTAMP_ROW_POSITION = "row position"
 
 
 @dataclass(frozen=True)
@@ -96,11 +103,13 @@ class ProcessedData:
 
     Attributes:
         interactions: ``user_id`` (int32, 1..U), ``item_id`` (int32, 1..N), ``timestamp``
-            (int64 seconds), ``rating`` (float32, NaN when the source has none); sorted by
-            ``user_id`` then ``timestamp``, ties in the order of the raw frame.
+            (int64 seconds, or the row's position in the raw frame when it has no time),
+            ``rating`` (float32, NaN when the source has none); sorted by ``user_id`` then
+            ``timestamp``, ties in the order of the raw frame.
         user_map: ``user_id`` (int32) -> ``raw_id`` (string), one row per user, by ``user_id``.
         item_map: ``item_id`` (int32) -> ``raw_id`` (string), one row per item, by ``item_id``.
-        stats: sizes, density, sequence-length quantiles, rows left after each step, settings.
+        stats: sizes, density, sequence-length quantiles, rows left after each step, settings,
+            and ``timestamp``: :data:`TIMESTAMP_SECONDS` or :data:`TIMESTAMP_ROW_POSITION`.
     """
 
     interactions: pd.DataFrame
@@ -114,8 +123,9 @@ def preprocess(raw: pd.DataFrame, settings: PreprocessSettings) -> ProcessedData
 
     Args:
         raw: columns ``user`` and ``item`` (ints or strings, also as a ``Categorical`` or an
-            Arrow dictionary column), ``timestamp`` (integer seconds) and optionally ``rating``
-            (float).
+            Arrow dictionary column), optionally ``timestamp`` (integer seconds; without it the
+            rows are taken to be in time order and their positions become the timestamps) and
+            optionally ``rating`` (float).
         settings: the filters to apply.
 
     Returns:
@@ -143,10 +153,12 @@ def preprocess(raw: pd.DataFrame, settings: PreprocessSettings) -> ProcessedData
     # k-core filter and the items at the end, so only the survivors' raw ids are ever sorted.
     user_codes, user_raw = _codes(raw["user"])
     item_codes, item_raw = _codes(raw["item"])
+    timed = "timestamp" in raw.columns
     rows = {
         "user": user_codes,
         "item": item_codes,
-        "timestamp": raw["timestamp"].to_numpy(np.int64),
+        "timestamp": (raw["timestamp"].to_numpy(np.int64) if timed
+                      else np.arange(len(raw), dtype=np.int64)),
         "rating": (raw["rating"].to_numpy(np.float32) if "rating" in raw.columns
                    else np.full(len(raw), np.nan, dtype=np.float32)),
     }
@@ -197,6 +209,7 @@ def preprocess(raw: pd.DataFrame, settings: PreprocessSettings) -> ProcessedData
         "rating": rows["rating"],
     }, copy=False)
     stats = _stats(user_id, len(user_map), len(item_map), steps, passes, settings)
+    stats["timestamp"] = TIMESTAMP_SECONDS if timed else TIMESTAMP_ROW_POSITION
     log.info(
         "Preprocessed %d raw rows -> %d users, %d items, %d interactions in %.1f s",
         steps["input"], stats["users"], stats["items"], stats["interactions"],
@@ -207,7 +220,7 @@ def preprocess(raw: pd.DataFrame, settings: PreprocessSettings) -> ProcessedData
 
 def _check_columns(raw: pd.DataFrame, settings: PreprocessSettings) -> None:
     """Raise a DataError describing the first problem with the raw frame's columns."""
-    missing = [c for c in ("user", "item", "timestamp") if c not in raw.columns]
+    missing = [c for c in ("user", "item") if c not in raw.columns]
     if missing:
         raise DataError(f"raw frame lacks column(s) {missing}; it has {list(raw.columns)}")
     if settings.min_rating is not None and "rating" not in raw.columns:
@@ -215,11 +228,11 @@ def _check_columns(raw: pd.DataFrame, settings: PreprocessSettings) -> None:
             f"min_rating={settings.min_rating} needs a 'rating' column, but the raw frame has "
             f"only {list(raw.columns)}"
         )
-    if not pd.api.types.is_integer_dtype(raw["timestamp"]):
+    if "timestamp" in raw.columns and not pd.api.types.is_integer_dtype(raw["timestamp"]):
         raise DataError(
             f"'timestamp' must hold integer seconds, got dtype {raw['timestamp'].dtype}"
         )
-    for column in ("user", "item", "timestamp"):
+    for column in [c for c in ("user", "item", "timestamp") if c in raw.columns]:
         nulls = int(raw[column].isna().sum())
         if nulls:
             raise DataError(f"column {column!r} has {nulls} missing values")

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: The fields of an interaction, in order; the first three are required.
+#: The fields of an interaction, in order; ``user`` and ``item`` need a column, ``time`` must be
+#: given but may be None, ``rating`` is optional.
 FIELDS = ("user", "item", "time", "rating")
 
 
@@ -22,7 +23,8 @@ class ColumnMap:
         item: column(s) of the item id.
         time: column(s) of the time: seconds since the epoch (integer or decimal) or an ISO 8601
             date or date-time (``2010-10-19``, ``2010-10-19 23:55:27``, ``2010-10-19T23:55:27Z``,
-            with or without a zone offset; without one it is taken as UTC).
+            with or without a zone offset; without one it is taken as UTC). None when the data
+            has no time: the order of the rows then stands for it.
         rating: column(s) of the rating, or None when there is none.
 
     Example:
@@ -32,7 +34,7 @@ class ColumnMap:
 
     user: str | tuple[str, ...]
     item: str | tuple[str, ...]
-    time: str | tuple[str, ...]
+    time: str | tuple[str, ...] | None
     rating: str | tuple[str, ...] | None = None
 
     @classmethod
@@ -40,21 +42,25 @@ class ColumnMap:
         """Build from a mapping such as a Hydra ``DictConfig`` (lists become tuples).
 
         Args:
-            mapping: ``user``, ``item``, ``time`` and optionally ``rating``.
+            mapping: ``user``, ``item``, ``time`` (None: the data has no time) and optionally
+                ``rating``.
 
         Returns:
             The column map.
 
         Raises:
-            ValueError: a field is unknown, or ``user``, ``item`` or ``time`` is missing.
+            ValueError: a field is unknown, ``user`` or ``item`` is empty, or ``time`` is not
+                given (a missing time column must be said explicitly, with None).
         """
         fields = dict(mapping)
         unknown = sorted(set(fields) - set(FIELDS))
-        missing = [name for name in FIELDS[:3] if not fields.get(name)]
+        missing = [name for name in FIELDS[:2] if not fields.get(name)]
+        if "time" not in fields or (fields["time"] is not None and not fields["time"]):
+            missing.append("time")
         if unknown or missing:
             raise ValueError(
-                f"columns must map user, item, time (and optionally rating); unknown: {unknown}, "
-                f"missing: {missing}"
+                f"columns must map user, item, time (null when there is none) and optionally "
+                f"rating; unknown: {unknown}, missing: {missing}"
             )
         return cls(**{
             name: value if isinstance(value, str) or value is None else tuple(value)

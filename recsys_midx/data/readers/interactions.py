@@ -38,7 +38,8 @@ def read_interactions(
         paths: the file, or files read one after the other as if concatenated.
         fmt: their format.
         columns: which columns hold the user, item, time and rating.
-        drop_incomplete: drop rows whose user, item or time is empty (their number is logged);
+        drop_incomplete: drop rows whose user, item or (mapped) time is empty (their number is
+            logged);
             by default an empty value is an error.
         progress: show a progress bar (None: only when the output is a terminal).
 
@@ -46,8 +47,8 @@ def read_interactions(
         Columns ``user`` and ``item`` (``int64`` when ``fmt`` parses them as integers, otherwise
         an Arrow dictionary column: ``int32`` codes into the distinct ids in order of
         appearance, which are integers when every id is a canonical decimal integer and strings
-        otherwise), ``timestamp`` (``int64`` seconds) and, when mapped, ``rating``
-        (``float32``, NaN where empty); rows in file order.
+        otherwise), ``timestamp`` (``int64`` seconds) when ``columns.time`` is mapped, and,
+        when mapped, ``rating`` (``float32``, NaN where empty); rows in file order.
 
     Raises:
         MissingColumnsError: a mapped column is not in a file (the message lists those found).
@@ -83,10 +84,13 @@ def read_interactions(
                         dropped += len(keep) - int(np.count_nonzero(keep))
                         mask = pa.array(keep)
                         fields = {name: values.filter(mask) for name, values in fields.items()}
-                    rows += len(fields["time"])
+                    rows += len(fields["user"])
                     for name in ("user", "item"):
                         ids[name].add(fields[name], path, sources[name][0])
-                    times.extend(to_seconds(fields["time"], path, sources["time"][0], rows_before))
+                    if "time" in fields:
+                        times.extend(
+                            to_seconds(fields["time"], path, sources["time"][0], rows_before)
+                        )
                     if "rating" in fields:
                         ratings.extend(to_ratings(fields["rating"], path))
                     rows_before += batch.num_rows
@@ -95,7 +99,8 @@ def read_interactions(
     if rows == 0:
         raise DataError(f"no interactions in {', '.join(str(p) for p in paths)}")
     data = {name: ids.pop(name).finish() for name in ("user", "item")}
-    data["timestamp"] = times.finish()
+    if "time" in sources:
+        data["timestamp"] = times.finish()
     if "rating" in sources:
         data["rating"] = ratings.finish()
     log.info("Read %d interactions from %d file(s) in %.1f s", rows, len(paths),
@@ -150,15 +155,15 @@ def _coalesce(batch: pa.RecordBatch, names: tuple[str, ...]) -> pa.Array:
 def _complete_rows(
     fields: dict[str, pa.Array], path: Path, rows_before: int, drop: bool
 ) -> np.ndarray | None:
-    """Mask of the rows whose user, item and time are present; None if all are.
+    """Mask of the rows whose user, item and (mapped) time are present; None if all are.
 
     Raises:
         DataError: a value is missing and ``drop`` is False.
     """
     keep: np.ndarray | None = None
     for name in ("user", "item", "time"):
-        values = fields[name]
-        if values.null_count == 0:
+        values = fields.get(name)
+        if values is None or values.null_count == 0:
             continue
         present = values.is_valid().to_numpy(zero_copy_only=False)
         if not drop:

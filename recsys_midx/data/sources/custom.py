@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from recsys_midx.data.readers import (
 )
 from recsys_midx.data.sources.base import Source
 
+log = logging.getLogger(__name__)
+
 _FORMATS = ("csv", "tsv", "parquet", "jsonl")
 
 
@@ -34,11 +37,17 @@ class Custom(Source):
     skipping names that start with ``.`` or ``_`` such as ``_SUCCESS``). The cache is keyed by the
     files' paths, sizes and modification times, so editing a file rebuilds the processed data.
 
+    Without a time column (``time`` mapped to None) the files are taken to be in time order:
+    each user's interactions keep their order in the files (read one after the other), and the
+    processed ``timestamp`` holds each row's 0-based position there.
+
     Args:
         name: the dataset's name (labels the processed folder).
         path: a file or a folder of files.
         columns: ``user``, ``item``, ``time`` and optionally ``rating``: the name of the column
-            holding each (a list names alternatives: the first non-empty one is taken).
+            holding each (a list names alternatives: the first non-empty one is taken); ``time``
+            None: the files have no time column, their row order stands for it (logged once
+            when the files are read).
         format: ``"csv"``, ``"tsv"``, ``"parquet"`` or ``"jsonl"``; None: from the file suffix
             (``.csv``, ``.tsv``, ``.parquet``, ``.jsonl``/``.json``, optionally ``.gz``).
         delimiter: the separator of a delimited file, when it is not the format's (``,`` for
@@ -48,7 +57,8 @@ class Custom(Source):
         preprocess: filters (default: 5-core, all ratings kept).
 
     Raises:
-        ValueError: unknown format, or a column mapping without user, item or time.
+        ValueError: unknown format, or a column mapping without user, item or time (time may
+            be None, but must be given).
 
     Example:
         >>> shop = Custom("shop", "~/data/orders.parquet",
@@ -124,6 +134,11 @@ class Custom(Source):
             folder = self.path if self.path.is_dir() else self.path.parent
             what = "data files" if self.path.is_dir() else self.path.name
             raise MissingFilesError(folder, [what], "Check dataset.path.")
+        if self.columns.time is None:
+            log.warning(
+                "dataset.columns.time is null: each user's interactions are ordered as they appear "
+                "in %s, and their timestamps are the rows' positions there", self.path,
+            )
         return read_interactions(files, self._format(files), self.columns)
 
     def _format(self, files: list[Path]) -> Format:
