@@ -1,5 +1,7 @@
 """Train and test a model: ``python train.py sampler=uniform dataset=ml-1m`` (see README)."""
 
+from typing import Any
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -32,11 +34,49 @@ def check_not_multirun_ddp(cfg: DictConfig) -> None:
         )
 
 
+def optimized_metric(cfg: DictConfig, results: dict[str, Any]) -> float | None:
+    """The value of the metric named by ``optimized_metric`` in a run's results.
+
+    Args:
+        cfg: the composed config of the run; ``cfg.optimized_metric`` names a metric of
+            ``results["metrics"]`` (``${task.monitor}`` by default: ``val/ndcg@10`` for
+            ``task=seqrec``, ``val/p@1`` for ``task=xc``, the best epoch's value), or is null.
+        results: what :func:`~recsys_midx.experiment.train` returned.
+
+    Returns:
+        The metric's value, or ``None`` when ``optimized_metric`` is null.
+
+    Raises:
+        KeyError: the run's results have no such metric.
+
+    Example:
+        >>> value = optimized_metric(cfg, train(cfg))  # cfg.optimized_metric: val/p@1
+    """
+    name = cfg.get("optimized_metric")
+    if not name:
+        return None
+    metrics = results["metrics"]
+    if name not in metrics:
+        raise KeyError(
+            f"optimized_metric={name} is not among the run's metrics: "
+            f"{', '.join(sorted(metrics)) or '(none)'}"
+        )
+    return float(metrics[name])
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    """Returns the test NDCG@10, so Hydra sweepers can optimise it."""
+    """Train and test one configuration (see :func:`~recsys_midx.experiment.train`).
+
+    Returns:
+        The value of the config's ``optimized_metric`` (the task's monitored validation metric
+        at the best epoch), which Hydra sweepers optimise; it is printed as well.
+    """
     check_not_multirun_ddp(cfg)
-    return train(cfg)["metrics"].get("test/ndcg@10")
+    value = optimized_metric(cfg, train(cfg))
+    if value is not None:
+        print(f"optimized_metric {cfg.optimized_metric} = {value:.4f}")
+    return value
 
 
 if __name__ == "__main__":

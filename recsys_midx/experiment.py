@@ -126,6 +126,9 @@ def encoder_sizes(datamodule: L.LightningDataModule) -> dict[str, int]:
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train and test one configuration; returns (and writes) the content of ``results.json``.
 
+    The test uses the best checkpoint, or the weights at the end of training when the run saved
+    none (``trainer.fast_dev_run=true``, ``debug=fdr``).
+
     With ``cfg.resume`` set (``auto`` or a checkpoint path, see
     :func:`~recsys_midx.lit.checkpointing.resume_checkpoint`) training continues from a
     checkpoint: model, optimiser, sampler, random states, counters and callback states.
@@ -153,7 +156,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     refreshes = [
         row for c in trainer.callbacks if isinstance(c, SamplerRefresh) for row in c.history
     ]
-    test_metrics = trainer.test(module, datamodule=datamodule, ckpt_path="best", verbose=False)[0]
+    # A run without checkpoints (fast_dev_run, checkpointing off) is tested as it ends.
+    checkpointing = trainer.checkpoint_callback
+    best_checkpoint = checkpointing.best_model_path if checkpointing else ""
+    test_metrics = trainer.test(module, datamodule=datamodule,
+                                ckpt_path="best" if best_checkpoint else None, verbose=False)[0]
 
     monitor = cfg.task.monitor
     best = EpochLog.best_row(epochs, monitor) or {}
@@ -170,8 +177,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "seconds_per_epoch": _mean([row["train_seconds"] for row in epochs]),
         "peak_memory_mb": _peak_memory_mb(),
         "sampler": _sampler_summary(refreshes),
-        "best_checkpoint": trainer.checkpoint_callback.best_model_path
-        if trainer.checkpoint_callback else None,
+        "best_checkpoint": best_checkpoint or None,
         "output_dir": str(output_dir),
     }
     if trainer.is_global_zero:

@@ -34,15 +34,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-# Runnable from a checkout without installing the package.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from recsys_midx.inference import (  # noqa: E402
+from recsys_midx.inference import (
     AdaptiveSoftmax,
     ItemTableTopK,
     exact_softmax_topk,
 )
-from recsys_midx.trained import load_run  # noqa: E402
+from recsys_midx.trained import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

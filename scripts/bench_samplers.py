@@ -26,8 +26,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import math
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,14 +33,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-# Runnable from a checkout without installing the package.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from recsys_midx.samplers.base import Sampler  # noqa: E402
-from recsys_midx.samplers.diagnostics import proposal_divergence  # noqa: E402
-from recsys_midx.samplers.midx import MIDXSampler  # noqa: E402
-from recsys_midx.samplers.popularity import PopularitySampler  # noqa: E402
-from recsys_midx.samplers.uniform import UniformSampler  # noqa: E402
+from recsys_midx.analysis.timing import best_seconds, timed
+from recsys_midx.samplers.base import Sampler
+from recsys_midx.samplers.diagnostics import proposal_divergence
+from recsys_midx.samplers.midx import MIDXSampler
+from recsys_midx.samplers.popularity import PopularitySampler
+from recsys_midx.samplers.uniform import UniformSampler
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -179,21 +175,6 @@ def peak_rss_growth() -> Iterator[list[float]]:
         return
     yield result
     result.append((_status_kib("VmHWM") - base) / 1024)
-
-
-def timed(fn: Callable[[], object], device: torch.device) -> float:
-    """Seconds ``fn`` takes, waiting for the GPU work it queued on ``device``."""
-    synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda _: None
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
-
-
-def best_seconds(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
-    """Fastest of ``repeats`` timed runs: the least disturbed by other processes."""
-    return min(timed(fn, device) for _ in range(repeats))
 
 
 def bench_one(

@@ -35,19 +35,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-# Runnable from a checkout without installing the package.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from recsys_midx.data.datamodule import training_batch  # noqa: E402
-from recsys_midx.data.sources import Synthetic  # noqa: E402
-from recsys_midx.data.splits import LeaveOneOutSplit  # noqa: E402
-from recsys_midx.losses import SoftmaxLoss  # noqa: E402
-from recsys_midx.models import SASRec  # noqa: E402
-from recsys_midx.samplers import FullSampler, MIDXSampler, UniformSampler  # noqa: E402
-from recsys_midx.samplers.base import Sampler  # noqa: E402
-
-# The sampler benchmark's device-synchronised timer (scripts/ is on the path of a script run).
-from bench_samplers import timed  # noqa: E402
+from recsys_midx.analysis.timing import timed
+from recsys_midx.data.datamodule import training_batch
+from recsys_midx.data.sources import Synthetic
+from recsys_midx.data.splits import LeaveOneOutSplit
+from recsys_midx.losses import SoftmaxLoss
+from recsys_midx.models import SASRec
+from recsys_midx.samplers import FullSampler, MIDXSampler, UniformSampler
+from recsys_midx.samplers.base import Sampler
 
 SAMPLERS = {
     "full": lambda n, m: FullSampler(n),

@@ -2,8 +2,8 @@
 
 Reads every ``results.json`` below the given folders (e.g. a Hydra multirun directory), prints a
 markdown table and writes it as ``summary.md`` and ``summary.csv`` together with three PNG plots
-(see :mod:`summary_plots`) in the ``--plots`` folder (default: the first folder). ``--csv FILE``
-writes the CSV to another place as well.
+(see :mod:`recsys_midx.analysis.summary_plots`) in the ``--plots`` folder (default: the first
+folder). ``--csv FILE`` writes the CSV to another place as well.
 
 Example:
     python scripts/summarize.py multirun/2026-11-22/10-00-00 --plots docs/results/ml-100k
@@ -13,15 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-# The plotting module sits next to this script, which runs without installing anything.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from summary_plots import plot_all  # noqa: E402
+from recsys_midx.analysis.summary_plots import plot_all
 
 METRICS = ["test/ndcg@10", "test/hr@10", "test/mrr@10", "val/ndcg@10"]
 GROUP = ["dataset", "model", "head", "sampler", "negatives"]
@@ -124,7 +120,7 @@ def write_report(folders: list[Path], out_dir: Path) -> dict[str, Path]:
 
     Returns:
         The written files by kind: ``markdown``, ``csv``, then the plots (see
-        :func:`summary_plots.plot_all`).
+        :func:`recsys_midx.analysis.summary_plots.plot_all`).
 
     Raises:
         SystemExit: if no ``results.json`` is found.

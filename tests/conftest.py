@@ -25,6 +25,12 @@ TINY_RUN = (
 )
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say in every run's header whether the slow tests (``@pytest.mark.slow``) are selected."""
+    selection = config.getoption("markexpr") or "all tests, slow ones included"
+    return f"marker selection: {selection} (quick loop: -m 'not slow'; only the slow: -m slow)"
+
+
 def sampler_overrides(sampler: str) -> list[str]:
     """Select ``sampler`` sized for the tiny catalog (< 80 items): 20 negatives, 8 codewords."""
     overrides = [f"sampler={sampler}", "sampler.num_negatives=20"]

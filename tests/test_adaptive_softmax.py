@@ -95,6 +95,7 @@ def test_zero_coordinates_cost_nothing():
     torch.testing.assert_close(result.probs, expected, rtol=1e-12, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delta", [0.1, 0.02])
 def test_failure_rate_is_at_most_delta_on_planted_gaps(delta):
     eps, trials = 0.3, 200
@@ -142,6 +143,7 @@ def test_product_count_is_the_number_of_distinct_products():
     assert sampler.variance[[9, 20]].eq(0).all()
 
 
+@pytest.mark.slow
 def test_horvitz_thompson_estimate_is_unbiased_and_its_variance_calibrated():
     g = torch.Generator().manual_seed(7)
     A, x = planted_instance(g, n=4, d=64)

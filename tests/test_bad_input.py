@@ -99,6 +99,7 @@ def test_xc_file_whose_header_disagrees_is_named(compose_config, tmp_path):
     _assert_no_output(tmp_path)
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_at_its_step_and_keeps_the_last_checkpoint(
     compose_config, tmp_path, monkeypatch
 ):

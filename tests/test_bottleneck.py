@@ -107,6 +107,7 @@ def _report_script():
     return module
 
 
+@pytest.mark.slow
 def test_report_compares_heads_of_trained_runs(tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
 

@@ -58,6 +58,7 @@ _SAVE_FOREVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_kill_during_a_save_keeps_the_previous_checkpoint(tmp_path):
     path = tmp_path / "last.ckpt"
     process = subprocess.Popen(
@@ -113,6 +114,7 @@ def test_missing_checkpoint_is_named(tmp_path):
         AtomicCheckpointIO().load_checkpoint(tmp_path / "nope.ckpt")
 
 
+@pytest.mark.slow
 def test_resuming_from_a_truncated_checkpoint_names_it_and_writes_no_results(
     compose_config, tmp_path
 ):

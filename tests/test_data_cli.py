@@ -76,6 +76,7 @@ def test_presets_filter_as_documented(tmp_path: Path) -> None:
         preprocess(raw, PreprocessSettings(min_rating=3, user_core=13, item_core=10))
 
 
+@pytest.mark.slow
 def test_prepare_then_describe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     overrides = _custom(_ratings(tmp_path / "r.csv"), tmp_path)
     assert main(["describe", *overrides]) == 1

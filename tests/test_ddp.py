@@ -28,6 +28,7 @@ from recsys_midx.experiment import build
 from recsys_midx.samplers import MIDXSampler, PopularitySampler
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.ddp,
     pytest.mark.skipif(
         not (dist.is_available() and dist.is_gloo_available()),

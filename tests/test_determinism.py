@@ -6,10 +6,13 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import CONF_DIR, TINY_RUN, sampler_overrides
 from recsys_midx.experiment import train
+
+pytestmark = pytest.mark.slow
 
 # MIDX exercises every source of randomness: training order, dropout, k-means and the draws.
 RUN = (*TINY_RUN, *sampler_overrides("midx"), "sampler.refresh_every_n_steps=3")

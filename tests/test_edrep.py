@@ -245,6 +245,7 @@ def test_rejects_bad_arguments() -> None:
 EDREP = ("loss=edrep", "loss.num_clusters=8")
 
 
+@pytest.mark.slow
 def test_seqrec_trains_with_edrep_and_resumes_with_its_statistics(compose_config, tmp_path) -> None:
     overrides = [*TINY_RUN, *sampler_overrides("midx"), *EDREP]
     results = train(compose_config(overrides))
@@ -265,6 +266,7 @@ def test_seqrec_trains_with_edrep_and_resumes_with_its_statistics(compose_config
         assert torch.equal(resumed[key], value), key
 
 
+@pytest.mark.slow
 def test_xc_trains_with_edrep_and_refreshes_without_a_refreshing_sampler(
     compose_config, tmp_path
 ) -> None:

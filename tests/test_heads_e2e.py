@@ -30,6 +30,7 @@ FEW_STEPS = (
 TASKS = {"seqrec": (TINY_RUN, "val/ndcg@10"), "xc": (TINY_XC_RUN, "val/p@1")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["full", "midx"])
 @pytest.mark.parametrize("task", sorted(TASKS))
 @pytest.mark.parametrize("head", sorted(HEADS))
@@ -48,6 +49,7 @@ def test_every_head_trains_on_both_tasks(compose_config, tmp_path, head, task, s
     assert all(bool(value.isfinite().all()) for value in head_state.values())
 
 
+@pytest.mark.slow
 def test_plif_slopes_train_at_their_own_learning_rate(compose_config) -> None:
     cfg = compose_config([*TINY_RUN, *sampler_overrides("uniform"), *FEW_STEPS, "head=plif",
                           "head.lr=0.05", "head.num_knots=200", "head.bound=10"])

@@ -311,6 +311,7 @@ def test_matches_the_loop_reference_on_random_frames(
     assert out.interactions["timestamp"].tolist() == [t for _, _, t in expected]
 
 
+@pytest.mark.slow
 def test_a_million_rows_keep_the_invariants() -> None:
     rng = np.random.default_rng(0)
     n = 1_000_000

@@ -58,6 +58,7 @@ def _checkpoint_step(path: Path) -> int:
         return -1
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path, reference):
     data_dir, reference = reference
 
@@ -119,6 +120,7 @@ class _CrashInValidation(L.Callback):
             raise _Crash
 
 
+@pytest.mark.slow
 def test_run_stopped_during_validation_resumes_exactly(tmp_path, reference):
     data_dir, reference = reference
     run_dir = tmp_path / "run"

@@ -240,6 +240,7 @@ def test_full_sampler_enumerates_the_catalog() -> None:
     assert FullSampler(5, num_negatives=4).num_negatives == 5
 
 
+@pytest.mark.slow
 def test_popularity_large_catalog() -> None:
     num_items = 5_000_000
     counts = torch.randint(0, 1000, (num_items + 1,), generator=torch.Generator().manual_seed(0))

@@ -52,6 +52,7 @@ def sweep(tmp_path: Path) -> Path:
     return tmp_path / "multirun"
 
 
+@pytest.mark.slow
 def test_summary_table_and_plots(sweep: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     done = subprocess.run(
@@ -75,6 +76,7 @@ def test_summary_table_and_plots(sweep: Path, tmp_path: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
 
+@pytest.mark.slow
 def test_plots_default_next_to_first_folder(sweep: Path) -> None:
     subprocess.run([sys.executable, str(ROOT / "scripts" / "summarize.py"), str(sweep)],
                    capture_output=True, check=True)
@@ -82,6 +84,7 @@ def test_plots_default_next_to_first_folder(sweep: Path) -> None:
         "test_ndcg.png", "val_ndcg_vs_time.png", "epoch_time.png"}
 
 
+@pytest.mark.slow
 def test_no_results_is_a_clear_error(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "summarize.py"), str(tmp_path)],
@@ -90,6 +93,7 @@ def test_no_results_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode != 0 and "no results.json" in done.stderr
 
 
+@pytest.mark.slow
 def test_heads_and_objectives_are_groups_of_their_own(tmp_path: Path) -> None:
     softmax = "recsys_midx.losses.SoftmaxLoss"
     losses = {

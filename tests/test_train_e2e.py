@@ -27,6 +27,7 @@ SAMPLERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["sasrec", "gru4rec"])
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
 def test_every_sampler_and_model_trains_and_tests(compose_config, tmp_path, sampler, model):
@@ -57,6 +58,7 @@ def _run_train(*overrides: str, multirun: bool = False) -> subprocess.CompletedP
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_train_py_writes_everything_under_hydra_run_dir(tmp_path):
     run_dir = tmp_path / "chosen"
     done = _run_train(
@@ -71,6 +73,7 @@ def test_train_py_writes_everything_under_hydra_run_dir(tmp_path):
     assert "ndcg@10" in done.stdout
 
 
+@pytest.mark.slow
 def test_multirun_sweeps_samplers(tmp_path):
     sweep_dir = tmp_path / "sweep"
     done = _run_train(
@@ -86,6 +89,7 @@ def test_multirun_sweeps_samplers(tmp_path):
     assert samplers == {"UniformSampler", "PopularitySampler"}
 
 
+@pytest.mark.slow
 def test_unknown_sampler_lists_the_valid_options(tmp_path):
     done = _run_train("sampler=nope", f"hydra.run.dir={tmp_path}")
     assert done.returncode != 0
@@ -132,6 +136,7 @@ def test_exact_top_cells_without_exact_positives_are_flagged(compose_config, cap
     assert ("loss.exact_positives=true" in caplog.text) is warned
 
 
+@pytest.mark.slow
 def test_resumed_run_keeps_the_checkpointed_midx_proposal(compose_config, tmp_path):
     train(compose_config([*TINY_RUN, *sampler_overrides("midx")]))
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"

@@ -46,6 +46,7 @@ def test_task_xc_selects_its_dataset_model_and_loss(compose_config) -> None:
     assert seqrec.loss._target_.endswith(".SoftmaxLoss")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
 def test_xc_trains_and_tests_with_every_sampler_kind(compose_config, tmp_path, sampler) -> None:
     cfg = compose_config([*TINY_XC_RUN, *sampler_overrides(sampler)])

@@ -1,4 +1,5 @@
-"""Plots of a sweep, drawn from the runs table of ``summarize.py`` and each run's ``epochs.csv``.
+"""Plots of a sweep, drawn from the runs table of ``scripts/summarize.py`` and each run's
+``epochs.csv``.
 
 Three PNG files, one panel per (dataset, model):
 
@@ -20,14 +21,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display is needed or wanted
-
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import pandas as pd
+# Figures made without pyplot render to files only and leave the caller's backend alone.
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 PANEL = ["dataset", "model"]
 _METRIC = "ndcg@10"
@@ -56,7 +53,6 @@ def plot_all(runs: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
         figure = _panels(frame, draw, title)
         written[name] = out_dir / f"{name}.png"
         figure.savefig(written[name], dpi=110, bbox_inches="tight")
-        plt.close(figure)
     return written
 
 
@@ -103,9 +99,8 @@ def _panels(
     # value labels run into the title.
     longest = int(frame["label"].str.len().max()) if len(frame) else 0
     height = 3.0 + max(1.5, 0.06 * longest)
-    figure, axes = plt.subplots(
-        1, max(len(groups), 1), figsize=(width * max(len(groups), 1), height), squeeze=False
-    )
+    figure = Figure(figsize=(width * max(len(groups), 1), height))
+    axes = figure.subplots(1, max(len(groups), 1), squeeze=False)
     for ax, ((dataset, model), panel) in zip(axes[0], groups):
         draw(ax, panel)
         ax.set_title(f"{dataset}, {model}")
@@ -161,7 +156,8 @@ def _epoch_bars(ax: Axes, epochs: pd.DataFrame) -> None:
 def _slant_labels(ax: Axes) -> None:
     """Sampler (and head) names under the bars, slanted and right-aligned to their bars."""
     ax.set_xlabel("sampler, head")
-    plt.setp(ax.get_xticklabels(), rotation=35, ha="right", rotation_mode="anchor")
+    for label in ax.get_xticklabels():
+        label.set(rotation=35, ha="right", rotation_mode="anchor")
 
 
 def _colour(label: str) -> str:
