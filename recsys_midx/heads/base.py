@@ -61,6 +61,7 @@ class Head(nn.Module):
             finite and positive.
 
     Example:
+        >>> import torch
         >>> head = Head(temperature=0.5)
         >>> query = torch.randn(4, 8)
         >>> head.queries(query)[0] is query, head.transform(query) is query
