@@ -15,14 +15,15 @@ from typing import Any
 
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from recsys_midx.lit.base import CatalogModule
 from recsys_midx.lit.callbacks import EpochLog, SamplerRefresh
 from recsys_midx.lit.checkpointing import resume_checkpoint
+from recsys_midx.protocols import CatalogDataModule
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +34,15 @@ RESULTS_FILE = "results.json"
 class Experiment:
     """The objects of one run, built from a config but not yet trained."""
 
-    datamodule: L.LightningDataModule
-    module: L.LightningModule
+    datamodule: CatalogDataModule
+    module: CatalogModule
     trainer: L.Trainer
     epoch_log: EpochLog
     output_dir: Path
 
 
 def build(cfg: DictConfig) -> Experiment:
-    """Seed, prepare the data and instantiate model, sampler, loss, module and trainer.
+    """Seed, prepare the data and instantiate encoder, sampler, head, loss, module and trainer.
 
     Args:
         cfg: a config composed from ``conf/`` (see ``conf/config.yaml``).
@@ -51,43 +52,29 @@ def build(cfg: DictConfig) -> Experiment:
         trains it.
 
     Raises:
-        ValueError: if a head other than ``dot`` is chosen with a loss that takes no head.
+        TypeError: if the loss does not accept the head (e.g. ``head=mos`` with ``loss=edrep``).
     """
-    _check_head_is_used(cfg)
     _warn_exact_top_without_exact_positives(cfg)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     L.seed_everything(cfg.seed, workers=True)
 
-    datamodule = instantiate(cfg.task.datamodule)
+    datamodule: CatalogDataModule = instantiate(cfg.task.datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    num_items = datamodule.num_items
+    # Built in this order (the head after the sampler), so that parameters are initialised
+    # from the same random numbers as in every earlier run of a config.
+    encoder = instantiate(cfg.model, **datamodule.encoder_sizes)
+    sampler = instantiate(cfg.sampler, num_items=datamodule.num_items)
+    head = instantiate(cfg.task.module.head)
     module = instantiate(
-        cfg.task.module,
-        encoder=instantiate(cfg.model, **encoder_sizes(datamodule)),
-        sampler=instantiate(cfg.sampler, num_items=num_items),
-        loss=instantiate(cfg.loss),
+        cfg.task.module, encoder=encoder, head=head, sampler=sampler, loss=instantiate(cfg.loss)
     )
     epoch_log = EpochLog(output_dir / "epochs.csv")
     callbacks = [instantiate(c) for c in cfg.get("callbacks", {}).values()] + [epoch_log]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     return Experiment(datamodule, module, trainer, epoch_log, output_dir)
-
-
-def _check_head_is_used(cfg: DictConfig) -> None:
-    """A head reaches the model only through a loss config that takes one (``head: ${head}``):
-    refuse a non-default head that the chosen loss would silently drop."""
-    head = cfg.get("head")
-    if head is None or "head" in cfg.loss or head.get("_target_") == "recsys_midx.heads.DotHead":
-        return
-    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
-    raise ValueError(
-        f"head={choices.get('head', head.get('_target_'))} has no effect with "
-        f"loss={choices.get('loss', cfg.loss.get('_target_'))}: that loss takes no head; use "
-        "head=dot or a softmax loss (loss=softmax, loss=multilabel_softmax)"
-    )
 
 
 def _warn_exact_top_without_exact_positives(cfg: DictConfig) -> bool:
@@ -104,23 +91,6 @@ def _warn_exact_top_without_exact_positives(cfg: DictConfig) -> bool:
         top_codewords,
     )
     return True
-
-
-def encoder_sizes(datamodule: L.LightningDataModule) -> dict[str, int]:
-    """The sizes the encoder is built with, known once the data is set up.
-
-    A data module states them in an ``encoder_sizes`` property (an extreme classification
-    encoder needs ``num_features`` and ``num_labels``); otherwise the encoder gets the catalog
-    size as ``num_items``, as sequence encoders expect.
-
-    Args:
-        datamodule: a data module after ``setup("fit")``.
-
-    Returns:
-        Keyword arguments for the model config's ``instantiate``.
-    """
-    sizes = getattr(datamodule, "encoder_sizes", None)
-    return dict(sizes) if sizes is not None else {"num_items": datamodule.num_items}
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:

@@ -6,11 +6,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from recsys_midx.experiment import build
+from recsys_midx.lit.base import CatalogModule
+from recsys_midx.protocols import CatalogDataModule
 
 
 @dataclass
@@ -18,8 +19,8 @@ class LoadedRun:
     """A trained run rebuilt from its folder: its config, module (eval mode) and data."""
 
     config: DictConfig
-    module: L.LightningModule
-    datamodule: L.LightningDataModule
+    module: CatalogModule
+    datamodule: CatalogDataModule
     checkpoint: Path
 
 
@@ -39,7 +40,7 @@ def load_run(run_dir: str | Path, data_dir: str | Path | None = None) -> LoadedR
 
     The folder must hold ``.hydra/config.yaml`` and ``checkpoints/``. The run is rebuilt with
     :func:`recsys_midx.experiment.build` writing into a temporary folder (the run's own folder is
-    only read); the encoder and objective (head included) get the checkpoint's weights.
+    only read); the encoder, the head and the objective get the checkpoint's weights.
 
     Args:
         run_dir: the run folder.
@@ -68,9 +69,9 @@ def load_run(run_dir: str | Path, data_dir: str | Path | None = None) -> LoadedR
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
     module = experiment.module
     # The sampler is not needed and its buffers are sized when it is built: load the rest.
-    for name in ("encoder", "loss"):
+    for name in ("encoder", "head", "loss"):
         prefix = f"{name}."
-        getattr(module, name).load_state_dict(
+        module.get_submodule(name).load_state_dict(
             {key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
         )
     module.eval()

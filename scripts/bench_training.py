@@ -4,7 +4,7 @@ For each catalog size ``N`` the synthetic generator makes user sequences over ex
 every (sampler, N) pair then runs in its own process (so its peak resident memory is its own):
 a few optimiser steps of SASRec on batches of those sequences, each step being forward, loss,
 backward and Adam update. The sampler's index is built once before timing and its build time is
-reported apart (in training it is amortised over ``refresh_every_n_epochs``). With
+reported apart (in training it is amortised over ``callbacks.sampler_refresh.every_n_epochs``). With
 ``--device cuda`` the model, sampler and batches live on the GPU and the peak memory reported is
 the peak CUDA memory allocated (``--memory-limit-gib`` then only applies to host memory).
 
@@ -39,6 +39,7 @@ from recsys_midx.analysis.timing import timed
 from recsys_midx.data.datamodule import training_batch
 from recsys_midx.data.sources import Synthetic
 from recsys_midx.data.splits import LeaveOneOutSplit
+from recsys_midx.heads import DotHead
 from recsys_midx.losses import SoftmaxLoss
 from recsys_midx.models import SASRec
 from recsys_midx.samplers import FullSampler, MIDXSampler, UniformSampler
@@ -88,6 +89,7 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     split = _split(num_items, args.users, args.seed)
     model = SASRec(num_items, dim=args.dim, max_len=args.max_len).to(device)
     sampler, loss_fn = _sampler_and_loss(sampler_name, num_items, args.negatives)
+    head = DotHead()
     sampler = sampler.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)  # as conf/task/seqrec.yaml
     counts = torch.from_numpy(split.train_item_counts()).to(device)
@@ -96,7 +98,8 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     def train_step(batch: dict[str, torch.Tensor]) -> None:
         queries = model(batch["inputs"])
         is_query = _query_mask(batch)
-        loss = loss_fn(queries[is_query], batch["targets"][is_query], model.item_table, sampler)
+        loss = loss_fn(head(queries[is_query]), batch["targets"][is_query], model.item_table,
+                       sampler)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

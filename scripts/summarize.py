@@ -35,7 +35,8 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
                 "dataset": config["dataset"]["name"],
                 "model": config["model"]["_target_"].rsplit(".", 1)[-1],
                 "head": _head_name(config),
-                "sampler": _sampler_name(sampler, config.get("loss", {})),
+                "sampler": _sampler_name(sampler, config.get("loss", {}),
+                                         config.get("callbacks") or {}),
                 "negatives": sampler.get("num_negatives") if "Full" not in sampler["_target_"]
                 else None,
                 "seed": config["seed"],
@@ -55,13 +56,15 @@ def _head_name(config: dict) -> str:
     """The output head (``dot`` for runs whose objective has none, or from before heads), and
     the objective when it is not a softmax (``edrep``)."""
     loss = config.get("loss", {})
-    head = (loss.get("head") or {}).get("_target_", "DotHead")
+    # The head sits beside the encoder (task.module.head); older runs kept it in the loss.
+    module = config.get("task", {}).get("module", {})
+    head = (module.get("head") or loss.get("head") or {}).get("_target_", "DotHead")
     name = head.rsplit(".", 1)[-1].removesuffix("Head").lower()
     objective = loss.get("_target_", "").rsplit(".", 1)[-1]
     return name if objective.endswith("SoftmaxLoss") or not objective else f"{name}, {objective}"
 
 
-def _sampler_name(sampler: dict, loss: dict) -> str:
+def _sampler_name(sampler: dict, loss: dict, callbacks: dict | None = None) -> str:
     """Readable sampler name: the class, with MIDX's quantiser and last stage, and its codewords
     per codebook, step refresh schedule and exact top cells where they differ from the defaults
     (64, none, none); "exact positives" when a sampled softmax counts the positive exactly."""
@@ -72,8 +75,11 @@ def _sampler_name(sampler: dict, loss: dict) -> str:
         parts = [sampler.get("quantizer", "pq"), sampler.get("last_stage", "uniform")]
         if sampler.get("num_codewords", 64) != 64:
             parts.append(f"K={sampler['num_codewords']}")
-        if sampler.get("refresh_every_n_steps"):
-            parts.append(f"refresh/{sampler['refresh_every_n_steps']} steps")
+        # The schedule is the refresh callback's (older runs kept it in the sampler).
+        refresh = (callbacks or {}).get("sampler_refresh") or {}
+        every_n_steps = refresh.get("every_n_steps") or sampler.get("refresh_every_n_steps")
+        if every_n_steps:
+            parts.append(f"refresh/{every_n_steps} steps")
         if sampler.get("exact_top_codewords"):
             parts.append(f"exact top {sampler['exact_top_codewords']}")
         name = f"midx[{','.join(parts)}]"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
 from scipy.stats import binomtest
 
+from recsys_midx.heads import DotHead, SigSoftmaxHead
 from recsys_midx.inference import (
     AdaptiveSoftmax,
     ItemTableTopK,
@@ -201,7 +201,7 @@ def test_item_table_wrapper_skips_padding_and_scales_queries():
 
     class Module(torch.nn.Module):
         encoder = Encoder()
-        loss = SimpleNamespace(head=SimpleNamespace(transforms_logits=False))
+        head = DotHead()
 
     head = ItemTableTopK(Module(), init_pulls=16)
     z = 4 * Encoder.item_table[5]
@@ -209,7 +209,7 @@ def test_item_table_wrapper_skips_padding_and_scales_queries():
     assert torch.equal(adaptive.ids, exact.ids) and exact.ids[0].item() == 5
     torch.testing.assert_close(adaptive.probs, exact.probs)
     # A head that deforms the logits has a different softmax: refused.
-    Module.loss = SimpleNamespace(head=SimpleNamespace(transforms_logits=True))
+    Module.head = SigSoftmaxHead()
     with pytest.raises(ValueError, match="transforms its logits"):
         ItemTableTopK(Module())
 

@@ -15,7 +15,7 @@ from recsys_midx.experiment import train
 pytestmark = pytest.mark.slow
 
 # MIDX exercises every source of randomness: training order, dropout, k-means and the draws.
-RUN = (*TINY_RUN, *sampler_overrides("midx"), "sampler.refresh_every_n_steps=3")
+RUN = (*TINY_RUN, *sampler_overrides("midx"), "callbacks.sampler_refresh.every_n_steps=3")
 
 
 def _run(root: Path, name: str, seed: int, *overrides: str) -> tuple[dict, list[str]]:

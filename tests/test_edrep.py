@@ -8,10 +8,12 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from hydra.errors import InstantiationException
 from torch import Tensor
 
 from conftest import TINY_RUN, sampler_overrides
 from recsys_midx.experiment import build, train
+from recsys_midx.heads import DotHead
 from recsys_midx.losses import EDRepLoss, edrep, full_softmax_loss, multilabel_full_softmax_loss
 from recsys_midx.losses.edrep import cluster_statistics, gaussian_log_partition
 from test_xc_e2e import TINY_XC_RUN
@@ -21,6 +23,8 @@ DIM = 6
 SINGLE = torch.tensor([3, 30, 7, 7, 12])
 #: 0-padded positives: several labels, one label, labels sharing a cluster is likely.
 MULTI = torch.tensor([[3, 7, 19], [30, 0, 0], [1, 2, 0], [5, 6, 8], [11, 0, 0]])
+#: The head EDRep takes: queries pass through it as in the Lightning modules.
+DOT = DotHead()
 
 
 def _problem(dtype: torch.dtype = torch.float64, seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -87,10 +91,13 @@ def test_one_cluster_per_item_is_exact() -> None:
                                atol=1e-6)
     single = full_softmax_loss(query, item_emb, SINGLE).mean()
     multi = multilabel_full_softmax_loss(query, item_emb, MULTI).mean()
-    torch.testing.assert_close(loss_fn(query, SINGLE, item_emb), single, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(loss_fn(query, MULTI, item_emb), multi, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(loss_fn(DOT(query), SINGLE, item_emb), single, rtol=1e-6,
+                               atol=1e-6)
+    torch.testing.assert_close(loss_fn(DOT(query), MULTI, item_emb), multi, rtol=1e-6,
+                               atol=1e-6)
     loss_fn.exact_positives = False  # the bare estimate is exact too, for one target
-    torch.testing.assert_close(loss_fn(query, SINGLE, item_emb), single, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(loss_fn(DOT(query), SINGLE, item_emb), single, rtol=1e-6,
+                               atol=1e-6)
 
 
 def test_identical_vectors_are_exact() -> None:
@@ -162,7 +169,7 @@ def test_loss_and_gradients_match_the_naive_reference(
     query, item_emb = _problem()
     loss_fn = _built(item_emb, 4, exact_positives=exact_positives,
                      grad_through_stats=grad_through_stats)
-    loss = loss_fn(query, positives, item_emb)
+    loss = loss_fn(DOT(query), positives, item_emb)
     # Constant statistics: the reference sees a detached table in mu and Omega.
     stats_emb = item_emb if grad_through_stats else item_emb.detach()
     reference = _naive_losses(query, item_emb, stats_emb, positives, loss_fn.assignments,
@@ -191,18 +198,19 @@ def test_exact_positives_keep_the_loss_a_cross_entropy() -> None:
     items[5, 0] = 2.0
     query = torch.zeros(1, DIM, dtype=torch.float64)
     query[0, 0] = 10.0
-    bare = _built(items, 1, exact_positives=False)(query, torch.tensor([5]), items)
-    exact = _built(items, 1)(query, torch.tensor([5]), items)
+    bare = _built(items, 1, exact_positives=False)(DOT(query), torch.tensor([5]), items)
+    exact = _built(items, 1)(DOT(query), torch.tensor([5]), items)
     assert bare < 0 <= exact
     torch.testing.assert_close(exact, full_softmax_loss(query, items, torch.tensor([5]))[0],
                                rtol=1e-6, atol=1e-6)
 
 
-def test_temperature_divides_the_query() -> None:
+def test_head_temperature_divides_the_query() -> None:
     query, item_emb = _problem()
     loss_fn = _built(item_emb, 4)
-    scaled = _built(item_emb, 4, temperature=0.5)
-    torch.testing.assert_close(scaled(query, MULTI, item_emb), loss_fn(2 * query, MULTI, item_emb))
+    scaled = _built(item_emb, 4)
+    torch.testing.assert_close(scaled(DotHead(temperature=0.5)(query), MULTI, item_emb),
+                               loss_fn(DOT(2 * query), MULTI, item_emb))
 
 
 def test_statistics_are_buffers_restored_by_state_dict() -> None:
@@ -214,7 +222,7 @@ def test_statistics_are_buffers_restored_by_state_dict() -> None:
     assert state["covariances"].shape == (4, DIM, DIM)
     restored = EDRepLoss(num_clusters=4, seed=5)  # never built: buffers take the saved shapes
     restored.load_state_dict(state)
-    assert torch.equal(restored(query, MULTI, item_emb), first(query, MULTI, item_emb))
+    assert torch.equal(restored(DOT(query), MULTI, item_emb), first(DOT(query), MULTI, item_emb))
     # The next rebuild (warm start, next seed) is the same for both: a resumed run continues.
     moved = item_emb.detach() + 0.1
     first.update(moved)
@@ -226,20 +234,20 @@ def test_statistics_are_buffers_restored_by_state_dict() -> None:
 def test_rejects_bad_arguments() -> None:
     query, item_emb = _problem()
     with pytest.raises(ValueError, match="call update"):
-        EDRepLoss(num_clusters=4)(query, SINGLE, item_emb)
+        EDRepLoss(num_clusters=4)(DOT(query), SINGLE, item_emb)
     with pytest.raises(ValueError, match="num_clusters=31 exceeds the 30 items"):
         EDRepLoss(num_clusters=31).update(item_emb.detach())
     with pytest.raises(ValueError, match="num_clusters must be >= 1, got 0"):
         EDRepLoss(num_clusters=0)
     with pytest.raises(ValueError, match="temperature"):
-        EDRepLoss(temperature=0.0)
+        DotHead(temperature=0.0)
     loss_fn = _built(item_emb, 4)
     with pytest.raises(ValueError, match="distinct"):
-        loss_fn(query, torch.tensor([[1, 1], [2, 0], [3, 0], [4, 0], [5, 0]]), item_emb)
+        loss_fn(DOT(query), torch.tensor([[1, 1], [2, 0], [3, 0], [4, 0], [5, 0]]), item_emb)
     with pytest.raises(ValueError, match="targets must lie in 1..30"):
-        loss_fn(query, torch.tensor([0, 1, 2, 3, 4]), item_emb)
+        loss_fn(DOT(query), torch.tensor([0, 1, 2, 3, 4]), item_emb)
     with pytest.raises(ValueError, match="built for 30"):
-        loss_fn(query, SINGLE, torch.randn(41, DIM, dtype=torch.float64))
+        loss_fn(DOT(query), SINGLE, torch.randn(41, DIM, dtype=torch.float64))
 
 
 EDREP = ("loss=edrep", "loss.num_clusters=8")
@@ -270,7 +278,8 @@ def test_seqrec_trains_with_edrep_and_resumes_with_its_statistics(compose_config
 def test_xc_trains_with_edrep_and_refreshes_without_a_refreshing_sampler(
     compose_config, tmp_path
 ) -> None:
-    # A uniform sampler is never rebuilt: the statistics follow the loss's own schedule.
+    # A uniform sampler's proposal does not follow the table; the statistics still do, on the
+    # refresh schedule (each epoch by default).
     cfg = compose_config([*TINY_XC_RUN, *sampler_overrides("uniform"), *EDREP])
     assert cfg.loss._target_.endswith("EDRepLoss")
     results = train(cfg)
@@ -283,7 +292,7 @@ def test_xc_trains_with_edrep_and_refreshes_without_a_refreshing_sampler(
     assert int(state["state_dict"]["loss.clusters.num_fits"]) == 2  # fit start and epoch 2
 
 
-def test_a_head_edrep_would_drop_is_refused(compose_config) -> None:
-    refusal = r"head=\S*(plif|PLIF)\S* has no effect with loss=\S*(edrep|EDRep)"
-    with pytest.raises(ValueError, match=refusal):
-        build(compose_config([*TINY_RUN, *EDREP, "head=plif"]))
+def test_a_head_edrep_cannot_use_is_refused(compose_config) -> None:
+    refusal = r"head=plif cannot be used with loss=edrep: it takes head=dot"
+    with pytest.raises(InstantiationException, match=refusal):
+        build(compose_config([*TINY_RUN, *sampler_overrides("midx"), *EDREP, "head=plif"]))

@@ -17,6 +17,7 @@ import torch
 from conftest import TINY_RUN, sampler_overrides
 from goodness_of_fit import chi_square_pvalue
 from recsys_midx.experiment import train
+from recsys_midx.heads import DotHead
 from recsys_midx.losses import SoftmaxLoss, full_softmax_loss
 from recsys_midx.metrics.ranking import target_ranks
 from recsys_midx.samplers import MIDXSampler, PopularitySampler, UniformSampler
@@ -133,7 +134,7 @@ def test_sampled_softmax_with_midx_trains_on_device():
     sampler.update(item_table.detach())
     queries = _queries(32).to(DEVICE).requires_grad_()
     targets = torch.randint(1, NUM_ITEMS + 1, (32,), device=DEVICE)
-    loss = SoftmaxLoss()(queries, targets, item_table, sampler)
+    loss = SoftmaxLoss()(DotHead()(queries), targets, item_table, sampler)
     loss.backward()
     assert loss.device.type == DEVICE.type and torch.isfinite(loss)
     assert torch.isfinite(item_table.grad).all() and item_table.grad.abs().sum() > 0

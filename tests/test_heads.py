@@ -20,9 +20,11 @@ from recsys_midx.heads import (
     PLIFHead,
     SigSoftmaxHead,
     optimizer_param_groups,
+    ranking_queries,
 )
 from recsys_midx.lit import SeqRecModule
 from recsys_midx.losses import (
+    EDRepLoss,
     MultiLabelSoftmaxLoss,
     SoftmaxLoss,
     draw_mixture_negatives,
@@ -55,22 +57,24 @@ def _problem(dtype: torch.dtype = torch.float32, num_queries: int = 7, seed: int
     return query, item_emb, targets
 
 
-def _random_plif(num_knots: int = 12, bound: float = 3.0, seed: int = 0) -> PLIFHead:
+def _random_plif(
+    num_knots: int = 12, bound: float = 3.0, seed: int = 0, temperature: float = 1.0
+) -> PLIFHead:
     """A PLIF head far from the identity: slopes between about 0.1 and 3."""
-    head = PLIFHead(num_knots=num_knots, bound=bound)
+    head = PLIFHead(num_knots=num_knots, bound=bound, temperature=temperature)
     with torch.no_grad():
         head.raw_slopes.copy_(torch.randn(num_knots, generator=_generator(seed)) * 1.5)
     return head
 
 
-def _heads() -> dict[str, Head]:
+def _heads(temperature: float = 1.0) -> dict[str, Head]:
     torch.manual_seed(0)
     return {
-        "dot": DotHead(),
-        "sigsoftmax": SigSoftmaxHead(),
-        "plif": _random_plif(),
-        "mos": MoSHead(DIM, num_components=3),
-        "moe": MoEHead(DIM, num_experts=3, activation="tanh"),
+        "dot": DotHead(temperature),
+        "sigsoftmax": SigSoftmaxHead(temperature),
+        "plif": _random_plif(temperature=temperature),
+        "mos": MoSHead(DIM, num_components=3, temperature=temperature),
+        "moe": MoEHead(DIM, num_experts=3, activation="tanh", temperature=temperature),
     }
 
 
@@ -107,9 +111,9 @@ def test_plif_at_init_is_the_identity_and_trains_as_plain_softmax() -> None:
     sampler = UniformSampler(NUM_ITEMS, 15)
     for loss_sampler in (FullSampler(NUM_ITEMS), sampler):
         values = []
-        for loss_fn in (SoftmaxLoss(head=PLIFHead()), SoftmaxLoss()):
+        for head in (PLIFHead(), DotHead()):
             torch.manual_seed(3)  # the same negatives for both
-            values.append(loss_fn(query, targets, item_emb, loss_sampler))
+            values.append(SoftmaxLoss()(head(query), targets, item_emb, loss_sampler))
         torch.testing.assert_close(values[0], values[1], rtol=1e-5, atol=1e-5)
 
 
@@ -136,7 +140,7 @@ def test_monotone_heads_keep_rankings(name: str) -> None:
     assert bool((ordered.diff() > 0).all()), "the transform must be strictly increasing"
     # Evaluation ranks by the plain query, which the head returns unchanged.
     query, item_emb, _ = _problem()
-    queries, log_weights = SoftmaxLoss(head=head).ranking_queries(query, item_emb)
+    queries, log_weights = ranking_queries(head, query, item_emb)
     assert queries is query and log_weights is None
 
 
@@ -211,10 +215,10 @@ def test_mos_queries_and_prior() -> None:
 
 @pytest.mark.parametrize("name", ["sigsoftmax", "plif", "mos", "moe"])
 def test_exact_loss_matches_a_dense_reference_with_gradients(name: str) -> None:
-    head = _heads()[name].double()
+    head = _heads(temperature=0.7)[name].double()
     query, item_emb, targets = _problem(torch.float64)
-    loss_fn = SoftmaxLoss(temperature=0.7, chunk_size=7, head=head)
-    loss = loss_fn(query, targets, item_emb, FullSampler(NUM_ITEMS))
+    loss_fn = SoftmaxLoss(chunk_size=7)
+    loss = loss_fn(head(query), targets, item_emb, FullSampler(NUM_ITEMS))
     reference = -_dense_log_probs(head, query, item_emb, 0.7)[
         torch.arange(len(targets)), targets - 1].mean()
     leaves = [query, item_emb, *head.parameters()]
@@ -229,8 +233,8 @@ def test_multilabel_exact_loss_matches_a_dense_reference(name: str) -> None:
     head = _heads()[name].double()
     query, item_emb, _ = _problem(torch.float64, num_queries=4)
     positives = torch.tensor([[3, 7, 0], [7, 0, 0], [1, 2, 40], [5, 9, 0]])
-    loss = MultiLabelSoftmaxLoss(chunk_size=5, head=head)(
-        query, positives, item_emb, FullSampler(NUM_ITEMS))
+    loss = MultiLabelSoftmaxLoss(chunk_size=5)(
+        head(query), positives, item_emb, FullSampler(NUM_ITEMS))
     queries, log_prior = head.queries(query)
     z = queries if queries.dim() == 3 else queries[:, None]
     scores = head.transform(z @ item_emb[1:].T)  # [Q, K, N]
@@ -268,11 +272,11 @@ def test_exact_loss_keeps_no_catalog_sized_scores_for_backward(name: str) -> Non
         sizes.append(tensor.numel())
         return tensor
 
-    for loss_fn, labels in ((SoftmaxLoss(chunk_size=chunk_size, head=head), targets),
-                            (MultiLabelSoftmaxLoss(chunk_size=chunk_size, head=head), positives)):
+    for loss_fn, labels in ((SoftmaxLoss(chunk_size=chunk_size), targets),
+                            (MultiLabelSoftmaxLoss(chunk_size=chunk_size), positives)):
         sizes.clear()
         with torch.autograd.graph.saved_tensors_hooks(record, lambda tensor: tensor):
-            loss = loss_fn(query, labels, item_emb, FullSampler(num_items))
+            loss = loss_fn(head(query), labels, item_emb, FullSampler(num_items))
         loss.backward()  # the chunks are recomputed one at a time
         # Everything kept for backward together is less than one copy of the scores.
         assert sum(sizes) < catalog_scores, (type(loss_fn).__name__, sum(sizes))
@@ -326,9 +330,9 @@ def test_mos_sampled_loss_through_the_objective_uses_shared_negatives() -> None:
     torch.manual_seed(0)
     head = MoSHead(DIM, num_components=3)
     query, item_emb, targets = _problem()
-    loss_fn = SoftmaxLoss(head=head)
+    loss_fn = SoftmaxLoss()
     torch.manual_seed(11)
-    loss = loss_fn(query, targets, item_emb, UniformSampler(NUM_ITEMS, 10))
+    loss = loss_fn(head(query), targets, item_emb, UniformSampler(NUM_ITEMS, 10))
     torch.manual_seed(11)
     queries, log_prior = head.queries(query)
     drawn = draw_mixture_negatives(UniformSampler(NUM_ITEMS, 10), queries, targets)
@@ -345,11 +349,10 @@ def test_mos_sampled_loss_through_the_objective_uses_shared_negatives() -> None:
 
 def test_mos_evaluation_ranks_and_predicts_by_the_mixture() -> None:
     torch.manual_seed(0)
-    head = MoSHead(DIM, num_components=3)
+    head = MoSHead(DIM, num_components=3, temperature=0.5)
     query, item_emb, targets = _problem(num_queries=12)
     query, item_emb = query.detach() * 3, item_emb.detach() * 2
-    loss_fn = SoftmaxLoss(temperature=0.5, chunk_size=8, head=head)
-    queries, log_weights = loss_fn.ranking_queries(query, item_emb)
+    queries, log_weights = ranking_queries(head, query, item_emb, chunk_size=8)
     log_p = _dense_log_probs(head, query, item_emb, 0.5).detach()
     ranks = target_ranks(queries, item_emb, targets, chunk_size=9, log_weights=log_weights)
     target_log_p = log_p[torch.arange(12), targets - 1]
@@ -364,10 +367,9 @@ def test_mos_evaluation_ranks_and_predicts_by_the_mixture() -> None:
 
 def test_single_query_heads_rank_by_their_query() -> None:
     query, item_emb, _ = _problem()
-    dot = SoftmaxLoss()
-    assert dot.ranking_queries(query, item_emb)[0] is query
+    assert ranking_queries(DotHead(), query, item_emb)[0] is query
     moe = MoEHead(DIM, 2)
-    projected, log_weights = SoftmaxLoss(head=moe).ranking_queries(query, item_emb)
+    projected, log_weights = ranking_queries(moe, query, item_emb)
     assert log_weights is None
     torch.testing.assert_close(projected, moe.queries(query)[0])
 
@@ -384,11 +386,10 @@ def test_heads_stay_finite_for_large_norms_and_under_bf16_autocast(name: str, au
         query.mul_(1e3 / query.norm(dim=1, keepdim=True))
         item_emb.mul_(1e3 / item_emb.norm(dim=1, keepdim=True))
     positives = torch.stack([targets, torch.zeros_like(targets)], dim=1)
-    for loss_fn, labels in ((SoftmaxLoss(head=head), targets),
-                            (MultiLabelSoftmaxLoss(head=head), positives)):
+    for loss_fn, labels in ((SoftmaxLoss(), targets), (MultiLabelSoftmaxLoss(), positives)):
         for sampler in (FullSampler(NUM_ITEMS), UniformSampler(NUM_ITEMS, 10)):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                loss = loss_fn(query, labels, item_emb, sampler)
+                loss = loss_fn(head(query), labels, item_emb, sampler)
             leaves = [query, item_emb, *head.parameters()]
             grads = torch.autograd.grad(loss, leaves)
             assert loss.isfinite(), (name, type(loss_fn).__name__, sampler)
@@ -400,14 +401,14 @@ def test_heads_stay_finite_for_large_norms_and_under_bf16_autocast(name: str, au
 
 def test_dot_head_takes_the_plain_code_path_bit_for_bit() -> None:
     query, item_emb, targets = _problem()
-    loss_fn = SoftmaxLoss(temperature=0.5, chunk_size=16)
-    assert isinstance(loss_fn.head, DotHead)
+    head, loss_fn = DotHead(temperature=0.5), SoftmaxLoss(chunk_size=16)
+    assert head(query).transform is None and head(query).log_prior is None
     z = query / 0.5
-    exact = loss_fn(query, targets, item_emb, FullSampler(NUM_ITEMS))
+    exact = loss_fn(head(query), targets, item_emb, FullSampler(NUM_ITEMS))
     assert torch.equal(exact, full_softmax_loss(z, item_emb, targets, 16).mean())
     sampler = UniformSampler(NUM_ITEMS, 10)
     torch.manual_seed(12)
-    sampled = loss_fn(query, targets, item_emb, sampler)
+    sampled = loss_fn(head(query), targets, item_emb, sampler)
     torch.manual_seed(12)
     drawn = draw_negatives(sampler, z, targets)
     expected = sampled_softmax_loss(z, item_emb, targets, drawn.ids, drawn.log_q,
@@ -417,16 +418,16 @@ def test_dot_head_takes_the_plain_code_path_bit_for_bit() -> None:
 
 def test_heads_with_their_own_lr_get_their_own_optimizer_group() -> None:
     plif = PLIFHead(num_knots=50, lr=0.05)
-    module = SeqRecModule(SASRec(num_items=NUM_ITEMS, dim=8, max_len=5),
+    module = SeqRecModule(SASRec(num_items=NUM_ITEMS, dim=8, max_len=5), plif,
                           UniformSampler(NUM_ITEMS, 10),
-                          SoftmaxLoss(head=plif), functools.partial(torch.optim.Adam, lr=1e-3))
+                          SoftmaxLoss(), functools.partial(torch.optim.Adam, lr=1e-3))
     optimizer = module.configure_optimizers()
     assert [group["lr"] for group in optimizer.param_groups] == [1e-3, 0.05]
     assert optimizer.param_groups[1]["params"] == [plif.raw_slopes]
     total = sum(len(group["params"]) for group in optimizer.param_groups)
     assert total == len(list(module.parameters()))
     # Without such a head, one group with every parameter in order.
-    groups = optimizer_param_groups(SoftmaxLoss(head=MoSHead(DIM)))
+    groups = optimizer_param_groups(MoSHead(DIM))
     assert len(groups) == 1 and len(groups[0]["params"]) == 4
 
 
@@ -440,8 +441,12 @@ def test_heads_reject_bad_arguments() -> None:
         (lambda: MoEHead(DIM, num_experts=0), "num_experts"),
         (lambda: MoEHead(DIM, activation="gelu"), "activation"),
         (lambda: MoEHead(DIM, gate="top1"), "gate"),
+        (lambda: MoSHead(DIM, temperature=0.0), "temperature"),
     ):
         with pytest.raises(ValueError, match=match):
             make()
-    with pytest.raises(TypeError, match="head must be"):
-        SoftmaxLoss(head="plif")
+    # A loss refuses, when the module is built, a head it cannot use.
+    with pytest.raises(TypeError, match="head=mos cannot be used with loss=edrep"):
+        SeqRecModule(SASRec(num_items=NUM_ITEMS, dim=8, max_len=5), MoSHead(8),
+                     UniformSampler(NUM_ITEMS, 10), EDRepLoss(),
+                     functools.partial(torch.optim.Adam, lr=1e-3))

@@ -39,11 +39,11 @@ def test_every_head_trains_on_both_tasks(compose_config, tmp_path, head, task, s
     cfg = compose_config([*base, *sampler_overrides(sampler), *FEW_STEPS, f"head={head}"])
     results = train(cfg)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert saved["config"]["loss"]["head"]["_target_"].endswith(HEADS[head])
+    assert saved["config"]["task"]["module"]["head"]["_target_"].endswith(HEADS[head])
     assert monitor in results["metrics"]
     assert all(0.0 <= value <= 1.0 for value in results["metrics"].values())
     state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
-    head_state = {k: v for k, v in state["state_dict"].items() if k.startswith("loss.head.")}
+    head_state = {k: v for k, v in state["state_dict"].items() if k.startswith("head.")}
     # Learned heads are part of the checkpoint; the dot product and sigsoftmax have no state.
     assert bool(head_state) == (head in ("plif", "mos", "moe"))
     assert all(bool(value.isfinite().all()) for value in head_state.values())
@@ -56,7 +56,7 @@ def test_plif_slopes_train_at_their_own_learning_rate(compose_config) -> None:
     experiment = build(cfg)
     optimizer = experiment.module.configure_optimizers()
     assert [group["lr"] for group in optimizer.param_groups] == [0.001, 0.05]
-    slopes = experiment.module.loss.head.raw_slopes
+    slopes = experiment.module.head.raw_slopes
     before = slopes.detach().clone()
     experiment.trainer.fit(experiment.module, experiment.datamodule)
     assert not torch.equal(slopes.detach(), before), "the slopes must be trained"

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from recsys_midx.heads import DotHead
 from recsys_midx.losses import SoftmaxLoss, full_softmax_loss, sampled_softmax_loss
 from recsys_midx.losses.softmax import exact_positive_log_q
 from recsys_midx.samplers import FullSampler, PopularitySampler, UniformSampler
@@ -160,7 +161,7 @@ def test_exact_positive_log_q_is_minus_log_m_and_minus_inf_at_padding() -> None:
 def test_softmax_loss_with_exact_positives_does_not_score_positives_under_q() -> None:
     query, item_emb, targets = _problem()
     sampler = _RecordingSampler()
-    SoftmaxLoss(exact_positives=True)(query, targets, item_emb, sampler)
+    SoftmaxLoss(exact_positives=True)(DotHead()(query), targets, item_emb, sampler)
     assert len(sampler.seen) == 1  # sample() only, no log_prob() of the targets
 
 
@@ -213,7 +214,7 @@ class _RecordingSampler(UniformSampler):
 
 def test_softmax_loss_with_full_sampler_is_full_cross_entropy() -> None:
     query, item_emb, targets = _problem()
-    loss = SoftmaxLoss(chunk_size=16)(query, targets, item_emb, FullSampler(NUM_ITEMS))
+    loss = SoftmaxLoss(chunk_size=16)(DotHead()(query), targets, item_emb, FullSampler(NUM_ITEMS))
     torch.testing.assert_close(loss, _reference_loss(query, item_emb, targets).mean())
 
 
@@ -226,7 +227,7 @@ def test_softmax_loss_with_full_sampler_is_full_cross_entropy() -> None:
 )
 def test_softmax_loss_with_sampler_backpropagates(make_sampler) -> None:
     query, item_emb, targets = _problem()
-    loss = SoftmaxLoss(temperature=0.5)(query, targets, item_emb, make_sampler())
+    loss = SoftmaxLoss()(DotHead(temperature=0.5)(query), targets, item_emb, make_sampler())
     assert loss.shape == () and torch.isfinite(loss)
     loss.backward()
     for grad in (query.grad, item_emb.grad):
@@ -240,26 +241,28 @@ def test_temperature_scales_logits(make_sampler) -> None:
     query, item_emb, targets = _problem()
     temperature = 0.3
     torch.manual_seed(0)
-    scaled = SoftmaxLoss(temperature)(query, targets, item_emb, make_sampler())
+    scaled = SoftmaxLoss()(DotHead(temperature)(query), targets, item_emb, make_sampler())
     torch.manual_seed(0)
-    reference = SoftmaxLoss(1.0)(query / temperature, targets, item_emb, make_sampler())
+    reference = SoftmaxLoss()(DotHead(1.0)(query / temperature), targets, item_emb,
+                              make_sampler())
     torch.testing.assert_close(scaled, reference)
 
 
 def test_sampler_gets_the_scaled_detached_float32_query() -> None:
     query, item_emb, targets = _problem()
     sampler = _RecordingSampler()
-    SoftmaxLoss(temperature=0.25)(query.bfloat16(), targets, item_emb.bfloat16(), sampler)
+    SoftmaxLoss()(DotHead(temperature=0.25)(query.bfloat16()), targets, item_emb.bfloat16(),
+                  sampler)
     assert len(sampler.seen) == 2
     for seen in sampler.seen:
         assert seen.dtype == torch.float32 and not seen.requires_grad
         torch.testing.assert_close(seen, (query.bfloat16() / 0.25).float())
 
 
-def test_softmax_loss_rejects_bad_temperature() -> None:
+def test_head_rejects_bad_temperature() -> None:
     for temperature in (0.0, -1.0, float("inf")):
         with pytest.raises(ValueError, match="temperature"):
-            SoftmaxLoss(temperature)
+            DotHead(temperature)
 
 
 def test_cpu_chunks_stay_cache_sized_and_accelerators_take_chunk_size_as_given():

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from recsys_midx.heads import DotHead
 from recsys_midx.losses import (
     MultiLabelSoftmaxLoss,
     full_softmax_loss,
@@ -170,8 +171,8 @@ def test_losses_reject_bad_inputs() -> None:
 
 def test_module_with_full_sampler_is_the_mean_exact_loss() -> None:
     query, item_emb = _problem()
-    loss = MultiLabelSoftmaxLoss(temperature=0.5, chunk_size=16)(
-        query, POSITIVES, item_emb, FullSampler(NUM_ITEMS)
+    loss = MultiLabelSoftmaxLoss(chunk_size=16)(
+        DotHead(temperature=0.5)(query), POSITIVES, item_emb, FullSampler(NUM_ITEMS)
     )
     torch.testing.assert_close(loss, _reference(query / 0.5, item_emb, POSITIVES).mean())
 
@@ -195,7 +196,7 @@ class _RecordingUniform(UniformSampler):
 def test_module_shows_the_sampler_the_positives_and_the_scaled_query() -> None:
     query, item_emb = _problem()
     sampler = _RecordingUniform()
-    loss = MultiLabelSoftmaxLoss(temperature=0.25)(query, POSITIVES, item_emb, sampler)
+    loss = MultiLabelSoftmaxLoss()(DotHead(temperature=0.25)(query), POSITIVES, item_emb, sampler)
     loss.backward()
     (observed,) = sampler.targets
     assert sorted(observed.tolist()) == sorted(POSITIVES[POSITIVES > 0].tolist())
@@ -208,7 +209,8 @@ def test_module_shows_the_sampler_the_positives_and_the_scaled_query() -> None:
 
 def test_module_works_with_in_batch_negatives() -> None:
     query, item_emb = _problem()
-    loss = MultiLabelSoftmaxLoss()(query, POSITIVES, item_emb, InBatchSampler(NUM_ITEMS, 8))
+    loss = MultiLabelSoftmaxLoss()(DotHead()(query), POSITIVES, item_emb,
+                                   InBatchSampler(NUM_ITEMS, 8))
     assert loss.shape == () and torch.isfinite(loss)
 
 

@@ -31,7 +31,7 @@ from recsys_midx.lit.reliability import capture_random_state, restore_random_sta
 #: MIDX rebuilt every 3 steps, so a resumed run must restore the proposal mid-epoch as well.
 RUN = (
     *TINY_RUN, *sampler_overrides("midx"), "trainer.max_epochs=2",
-    "callbacks.step_checkpoint.every_n_train_steps=1", "sampler.refresh_every_n_steps=3",
+    "callbacks.step_checkpoint.every_n_train_steps=1", "callbacks.sampler_refresh.every_n_steps=3",
 )
 STEPS_PER_EPOCH = 4
 

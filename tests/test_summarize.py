@@ -119,12 +119,17 @@ def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> N
     sys.path.insert(0, str(ROOT / "scripts"))
     from summarize import _sampler_name
 
-    midx = {"_target_": "recsys_midx.samplers.MIDXSampler", "num_codewords": 64,
-            "refresh_every_n_steps": 0}
+    midx = {"_target_": "recsys_midx.samplers.MIDXSampler", "num_codewords": 64}
     softmax = {"_target_": "recsys_midx.losses.SoftmaxLoss", "exact_positives": False}
-    assert _sampler_name(midx, softmax) == "midx[pq,uniform]"
-    finer = {**midx, "num_codewords": 256, "refresh_every_n_steps": 10, "quantizer": "rq"}
-    assert _sampler_name(finer, softmax) == "midx[rq,uniform,K=256,refresh/10 steps]"
+    default_refresh = {"sampler_refresh": {"every_n_epochs": 1, "every_n_steps": 0}}
+    assert _sampler_name(midx, softmax, default_refresh) == "midx[pq,uniform]"
+    finer = {**midx, "num_codewords": 256, "quantizer": "rq"}
+    every_10_steps = {"sampler_refresh": {"every_n_epochs": 1, "every_n_steps": 10}}
+    refreshed = _sampler_name(finer, softmax, every_10_steps)
+    assert refreshed == "midx[rq,uniform,K=256,refresh/10 steps]"
+    # Runs from before the schedule moved to the callback kept it in the sampler.
+    older = {**finer, "refresh_every_n_steps": 10}
+    assert _sampler_name(older, softmax) == "midx[rq,uniform,K=256,refresh/10 steps]"
     top = {**midx, "exact_top_codewords": 8}
     exact_positives = {**softmax, "exact_positives": True}
     assert _sampler_name(top, exact_positives) == "midx[pq,uniform,exact top 8], exact positives"

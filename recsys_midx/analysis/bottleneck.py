@@ -22,34 +22,35 @@ import copy
 import torch
 from torch import Tensor
 
-from ..losses import CatalogSoftmax
+from ..heads import Head, log_probs
+
+#: Items scored at once for the catalog normalisers.
+_CHUNK_SIZE = 32768
 
 
-def log_prob_matrix(
-    loss: CatalogSoftmax, contexts: Tensor, item_emb: Tensor, item_ids: Tensor
-) -> Tensor:
+def log_prob_matrix(head: Head, contexts: Tensor, item_emb: Tensor, item_ids: Tensor) -> Tensor:
     """``A[c, j] = log p(item_ids[j] | contexts[c])``, normalised over the whole catalog.
 
     Args:
-        loss: the objective, whose head and temperature define ``p``.
+        head: the model's output head, which (with its temperature) defines ``p``.
         contexts: ``[C, D]`` encoder outputs.
         item_emb: ``[N+1, D]`` item table, row 0 padding.
         item_ids: ``[m]`` item ids in ``1..N``.
 
     Returns:
         ``[C, m]`` float64 log-probabilities, computed in float64 throughout (on a float64 copy of
-        ``loss``), so that round-off does not pass for rank.
+        ``head``), so that round-off does not pass for rank.
 
     Example:
-        >>> from recsys_midx.losses import SoftmaxLoss
-        >>> matrix = log_prob_matrix(SoftmaxLoss(), torch.randn(5, 3), torch.randn(21, 3),
+        >>> from recsys_midx.heads import DotHead
+        >>> matrix = log_prob_matrix(DotHead(), torch.randn(5, 3), torch.randn(21, 3),
         ...                          torch.arange(1, 21))
         >>> matrix.shape
         torch.Size([5, 20])
     """
-    exact = copy.deepcopy(loss).double()
+    exact = copy.deepcopy(head).double()
     with torch.no_grad():
-        return exact.log_probs(contexts.double(), item_emb.double(), item_ids)
+        return log_probs(exact, contexts.double(), item_emb.double(), item_ids, _CHUNK_SIZE)
 
 
 def singular_values(matrix: Tensor, center: bool = True) -> Tensor:
@@ -99,9 +100,7 @@ def numerical_rank(values: Tensor, rtol: float = 1e-9) -> int:
     return int((values > rtol * values.max()).sum())
 
 
-def jacobian_spectrum(
-    loss: CatalogSoftmax, contexts: Tensor, item_emb: Tensor, item_ids: Tensor
-) -> Tensor:
+def jacobian_spectrum(head: Head, contexts: Tensor, item_emb: Tensor, item_ids: Tensor) -> Tensor:
     """Mean over contexts of the singular values of ``d log p(item_ids | h) / d h``.
 
     ``log p`` of a context depends on that context only, so one backward pass per item gives
@@ -109,7 +108,7 @@ def jacobian_spectrum(
     chunks.
 
     Args:
-        loss: the objective, whose head and temperature define ``p``.
+        head: the model's output head, which (with its temperature) defines ``p``.
         contexts: ``[C, D]`` encoder outputs.
         item_emb: ``[N+1, D]`` item table, row 0 padding.
         item_ids: ``[m]`` item ids in ``1..N``.
@@ -118,15 +117,15 @@ def jacobian_spectrum(
         ``[min(m, D)]`` float64 mean singular values, descending.
 
     Example:
-        >>> from recsys_midx.losses import SoftmaxLoss
-        >>> values = jacobian_spectrum(SoftmaxLoss(), torch.randn(4, 3), torch.randn(11, 3),
+        >>> from recsys_midx.heads import DotHead
+        >>> values = jacobian_spectrum(DotHead(), torch.randn(4, 3), torch.randn(11, 3),
         ...                            torch.arange(1, 9))
         >>> values.shape
         torch.Size([3])
     """
     contexts = contexts.detach().clone().requires_grad_(True)
     item_emb = item_emb.detach()
-    log_p = loss.log_probs(contexts, item_emb, item_ids)  # [C, m]
+    log_p = log_probs(head, contexts, item_emb, item_ids, _CHUNK_SIZE)  # [C, m]
     rows = []
     for j in range(log_p.shape[1]):
         (grad,) = torch.autograd.grad(log_p[:, j].sum(), contexts, retain_graph=True)

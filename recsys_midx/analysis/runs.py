@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..losses import CatalogSoftmax
 from ..trained import LoadedRun
 from .bottleneck import jacobian_spectrum, log_prob_matrix, numerical_rank, singular_values
 
@@ -69,27 +68,21 @@ def bottleneck_spectra(
 
     Returns:
         The spectra.
-
-    Raises:
-        TypeError: if the run's objective has no output head (e.g. ``loss=edrep``).
     """
-    loss = run.module.loss
-    if not isinstance(loss, CatalogSoftmax):
-        raise TypeError(f"bottleneck spectra need a softmax objective with a head, got "
-                        f"{type(loss).__name__}")
+    head = run.module.head
     item_emb = run.module.encoder.item_table.detach().float()
     num_catalog = item_emb.shape[0] - 1
     generator = torch.Generator().manual_seed(seed)
     item_ids = torch.randperm(num_catalog, generator=generator)[: min(num_items, num_catalog)] + 1
     contexts = _validation_contexts(run, num_contexts)
-    values = singular_values(log_prob_matrix(loss, contexts, item_emb, item_ids))
+    values = singular_values(log_prob_matrix(head, contexts, item_emb, item_ids))
     jacobian = jacobian_spectrum(
-        loss, contexts[:jacobian_contexts], item_emb, item_ids[:jacobian_items]
+        head, contexts[:jacobian_contexts], item_emb, item_ids[:jacobian_items]
     )
-    head = type(loss.head).__name__
+    head_name = type(head).__name__
     return BottleneckSpectra(
-        label=label or f"{head} ({run.checkpoint.parent.parent.name})",
-        head=head,
+        label=label or f"{head_name} ({run.checkpoint.parent.parent.name})",
+        head=head_name,
         dim=contexts.shape[1],
         log_prob=values,
         jacobian=jacobian,

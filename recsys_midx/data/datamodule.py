@@ -127,6 +127,11 @@ class SeqRecDataModule(L.LightningDataModule):
         return self._split.num_items
 
     @property
+    def encoder_sizes(self) -> dict[str, int]:
+        """The sizes a sequence encoder is built with: ``num_items``."""
+        return {"num_items": self.num_items}
+
+    @property
     def stats(self) -> dict[str, Any]:
         assert self.dataset is not None, "call setup() first"
         return self.dataset.stats

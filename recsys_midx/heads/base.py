@@ -10,11 +10,15 @@ one or both of two ways, which is all the objectives and the evaluation need to 
 * :meth:`Head.transform` deforms the scaled scores ``s = z . v / temperature`` pointwise (an
   increasing function such as sigsoftmax or PLIF), before the logQ correction of a sampled loss.
 
+The head also defines the score function ``s(z, v) = z . v / temperature``: calling it
+(:meth:`Head.forward`) gives a :class:`HeadOutput` whose queries are already divided by its
+``temperature``, which is what the objectives, the samplers and the evaluation all see.
+
 With scores ``f(s_k(i))`` of component ``k`` the model is
 ``log p(i | h) = logsumexp_k(log pi_k + f(s_k(i)) - log sum_j exp f(s_k(j)))``; a single query
 means ``K = 1`` and ``log pi = 0``. The base class is the identity on both sides, which is the
 plain dot-product softmax; subclasses override one side (no head of the toolkit does both, and
-:meth:`~recsys_midx.losses.CatalogSoftmax.ranking_queries` relies on it).
+:func:`~recsys_midx.heads.ranking_queries` relies on it).
 
 A head may train at its own learning rate (``lr``): :func:`optimizer_param_groups` puts its
 parameters in their own optimiser parameter group.
@@ -23,9 +27,25 @@ parameters in their own optimiser parameter group.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
 
 from torch import Tensor, nn
+
+class HeadOutput(NamedTuple):
+    """What a head gives the objective for a batch of contexts.
+
+    Attributes:
+        queries: scaled queries ``z = q / temperature``: ``[Q, D]`` (one per context) or
+            ``[Q, K, D]`` (``K`` mixture components per context).
+        log_prior: ``[Q, K]`` normalised mixture log-weights, ``None`` for one query per context.
+        transform: the pointwise transform of the scaled scores, ``None`` for the identity (the
+            objectives then take their plain dot-product paths).
+    """
+
+    queries: Tensor
+    log_prior: Tensor | None
+    transform: Callable[[Tensor], Tensor] | None
 
 
 class Head(nn.Module):
@@ -34,26 +54,57 @@ class Head(nn.Module):
     Args:
         lr: learning rate of the head's own parameters; ``None`` trains them at the optimiser's
             learning rate, with the rest of the model.
+        temperature: divides the queries once; scores become ``z . v / temperature``.
 
     Raises:
-        ValueError: if ``lr`` is given and not finite and positive.
+        ValueError: if ``lr`` is given and not finite and positive, or ``temperature`` is not
+            finite and positive.
 
     Example:
-        >>> head = Head()
+        >>> import torch
+        >>> head = Head(temperature=0.5)
         >>> query = torch.randn(4, 8)
         >>> head.queries(query)[0] is query, head.transform(query) is query
         (True, True)
+        >>> torch.equal(head(query).queries, query / 0.5)
+        True
     """
 
+    #: The head's name in messages, as the ``head`` config group spells it.
+    name: ClassVar[str] = "dot"
     #: True when :meth:`transform` is not the identity (the objectives then leave the plain
     #: dot-product fast path).
     transforms_logits: ClassVar[bool] = False
 
-    def __init__(self, lr: float | None = None) -> None:
+    def __init__(self, lr: float | None = None, temperature: float = 1.0) -> None:
         super().__init__()
         if lr is not None and not (math.isfinite(lr) and lr > 0):
             raise ValueError(f"lr must be finite and > 0 (or None), got {lr}")
+        if not (math.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"temperature must be finite and > 0, got {temperature}")
         self.lr = None if lr is None else float(lr)
+        self.temperature = float(temperature)
+
+    def forward(self, query: Tensor) -> HeadOutput:
+        """The scaled queries, prior and transform the objective scores contexts ``query`` with.
+
+        Args:
+            query: ``[Q, D]`` encoder outputs.
+
+        Returns:
+            :class:`HeadOutput` with queries divided by the temperature.
+        """
+        queries, log_prior = self.queries(query)
+        return HeadOutput(
+            queries / self.temperature, log_prior,
+            self.transform if self.transforms_logits else None,
+        )
+
+    def sampler_queries(self, query: Tensor) -> Tensor:
+        """The scaled queries a sampler sees for contexts ``query`` ``[Q, D]``: ``[Q, D]``, or
+        ``[Q*K, D]`` (context major) for a head with ``K`` queries per context."""
+        queries = self(query).queries
+        return queries.reshape(-1, queries.shape[-1])
 
     def queries(self, query: Tensor) -> tuple[Tensor, Tensor | None]:
         """The vectors scored against the item table for contexts ``query``.
@@ -72,7 +123,7 @@ class Head(nn.Module):
         return scores
 
     def extra_repr(self) -> str:
-        return "" if self.lr is None else f"lr={self.lr}"
+        return f"temperature={self.temperature}" + ("" if self.lr is None else f", lr={self.lr}")
 
 
 def check_dim(dim: int) -> int:

@@ -10,8 +10,18 @@ class DotHead(Head):
 
     The objectives recognise it and take their dot-product code paths unchanged.
 
+    Args:
+        temperature: divides the query once; scores become ``z . v / temperature``.
+
+    Raises:
+        ValueError: if ``temperature`` is not finite and positive.
+
     Example:
-        >>> from recsys_midx.losses import SoftmaxLoss
-        >>> SoftmaxLoss(head=DotHead()).head
-        DotHead()
+        >>> DotHead(temperature=0.5)
+        DotHead(temperature=0.5)
     """
+
+    name = "dot"
+
+    def __init__(self, temperature: float = 1.0) -> None:
+        super().__init__(lr=None, temperature=temperature)  # nothing to learn

@@ -33,10 +33,11 @@ class MoEHead(Head):
         activation: ``f``: ``"identity"``, ``"tanh"`` or ``"relu"``.
         gate: ``"softmax"`` (learned, input-dependent) or ``"constant"``.
         lr: learning rate of the head's parameters; ``None`` uses the optimiser's.
+        temperature: divides the projected query once; scores become ``y . v / temperature``.
 
     Raises:
         ValueError: on a non-positive ``dim``/``num_experts``, an unknown activation or gate,
-            or a bad ``lr``.
+            or a bad ``lr`` or ``temperature``.
 
     Example:
         >>> head = MoEHead(dim=8, num_experts=3, activation="tanh")
@@ -45,6 +46,8 @@ class MoEHead(Head):
         (torch.Size([5, 8]), None)
     """
 
+    name = "moe"
+
     def __init__(
         self,
         dim: int,
@@ -52,8 +55,9 @@ class MoEHead(Head):
         activation: str = "identity",
         gate: str = "softmax",
         lr: float | None = None,
+        temperature: float = 1.0,
     ) -> None:
-        super().__init__(lr=lr)
+        super().__init__(lr=lr, temperature=temperature)
         self.dim = check_dim(dim)
         if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1:
             raise ValueError(f"num_experts must be a positive int, got {num_experts!r}")
@@ -82,8 +86,7 @@ class MoEHead(Head):
         return (self.gates(query).unsqueeze(-1).to(outputs.dtype) * outputs).sum(dim=-2), None
 
     def extra_repr(self) -> str:
-        own = super().extra_repr()
         return (
             f"dim={self.dim}, num_experts={self.num_experts}, activation={self.activation!r}, "
-            f"gate={self.gate_kind!r}" + (f", {own}" if own else "")
+            f"gate={self.gate_kind!r}, {super().extra_repr()}"
         )

@@ -15,7 +15,7 @@ class MoSHead(Head):
     Each component is a full softmax over the catalog with its own normaliser; the mixture of
     their log-probabilities is not a log-linear model, so its log-probability matrix is not
     bound to rank ``D + 1``. The mixture changes rankings, so evaluation scores the catalog with
-    the mixture (:meth:`~recsys_midx.losses.CatalogSoftmax.ranking_queries`). With a sampler,
+    the mixture (:func:`~recsys_midx.heads.ranking_queries`). With a sampler,
     all components share one set of negatives (see
     :func:`~recsys_midx.losses.draw_mixture_negatives`).
 
@@ -23,9 +23,12 @@ class MoSHead(Head):
         dim: ``D``, the size of the context and item vectors.
         num_components: ``K``, softmaxes in the mixture (at least 1).
         lr: learning rate of the head's parameters; ``None`` uses the optimiser's.
+        temperature: divides the component queries once; scores become
+            ``z_k . v / temperature``.
 
     Raises:
-        ValueError: if ``dim`` or ``num_components`` is not a positive int, or ``lr`` is bad.
+        ValueError: if ``dim`` or ``num_components`` is not a positive int, or ``lr`` or
+            ``temperature`` is bad.
 
     Example:
         >>> queries, log_prior = MoSHead(dim=8, num_components=3).queries(torch.randn(5, 8))
@@ -33,8 +36,13 @@ class MoSHead(Head):
         (torch.Size([5, 3, 8]), torch.Size([5, 3]))
     """
 
-    def __init__(self, dim: int, num_components: int = 4, lr: float | None = None) -> None:
-        super().__init__(lr=lr)
+    name = "mos"
+
+    def __init__(
+        self, dim: int, num_components: int = 4, lr: float | None = None,
+        temperature: float = 1.0,
+    ) -> None:
+        super().__init__(lr=lr, temperature=temperature)
         self.dim = check_dim(dim)
         if isinstance(num_components, bool) or not isinstance(num_components, int) \
                 or num_components < 1:
@@ -50,7 +58,4 @@ class MoSHead(Head):
         return components, log_prior
 
     def extra_repr(self) -> str:
-        own = super().extra_repr()
-        return f"dim={self.dim}, num_components={self.num_components}" + (
-            f", {own}" if own else ""
-        )
+        return f"dim={self.dim}, num_components={self.num_components}, {super().extra_repr()}"

@@ -94,9 +94,11 @@ class PLIFHead(Head):
             linearly. Choose it to cover the scores the model produces.
         lr: learning rate of the slopes (their own optimiser group); ``None`` uses the
             optimiser's.
+        temperature: divides the query once; the function applies to ``z . v / temperature``.
 
     Raises:
-        ValueError: if ``num_knots < 1``, ``bound`` is not finite and positive, or ``lr`` is bad.
+        ValueError: if ``num_knots < 1``, ``bound`` is not finite and positive, or ``lr`` or
+            ``temperature`` is bad.
 
     Example:
         >>> head = PLIFHead(num_knots=100, bound=5.0)
@@ -105,10 +107,14 @@ class PLIFHead(Head):
         True
     """
 
+    name = "plif"
     transforms_logits = True
 
-    def __init__(self, num_knots: int = 10_000, bound: float = 20.0, lr: float | None = None):
-        super().__init__(lr=lr)
+    def __init__(
+        self, num_knots: int = 10_000, bound: float = 20.0, lr: float | None = None,
+        temperature: float = 1.0,
+    ) -> None:
+        super().__init__(lr=lr, temperature=temperature)
         if isinstance(num_knots, bool) or not isinstance(num_knots, int) or num_knots < 1:
             raise ValueError(f"num_knots must be a positive int, got {num_knots!r}")
         if not (math.isfinite(bound) and bound > 0):
@@ -132,5 +138,4 @@ class PLIFHead(Head):
         return PLIFFunction.apply(scores, self.slopes().to(scores.dtype), self.bound)
 
     def extra_repr(self) -> str:
-        own = super().extra_repr()
-        return f"num_knots={self.num_knots}, bound={self.bound}" + (f", {own}" if own else "")
+        return f"num_knots={self.num_knots}, bound={self.bound}, {super().extra_repr()}"

@@ -18,6 +18,12 @@ class SigSoftmaxHead(Head):
     ``log(exp(s) * sigmoid(s))``, which overflows for large ``s`` and underflows for very
     negative ones; half-precision scores are transformed in float32.
 
+    Args:
+        temperature: divides the query once; the transform applies to ``z . v / temperature``.
+
+    Raises:
+        ValueError: if ``temperature`` is not finite and positive.
+
     Example:
         >>> head = SigSoftmaxHead()
         >>> scores = torch.tensor([-3.0, 0.0, 3.0])
@@ -25,10 +31,11 @@ class SigSoftmaxHead(Head):
         True
     """
 
+    name = "sigsoftmax"
     transforms_logits = True
 
-    def __init__(self) -> None:
-        super().__init__(lr=None)  # nothing to learn
+    def __init__(self, temperature: float = 1.0) -> None:
+        super().__init__(lr=None, temperature=temperature)  # nothing to learn
 
     def transform(self, scores: Tensor) -> Tensor:
         """``s + logsigmoid(s)``, elementwise, in at least float32."""

@@ -19,7 +19,7 @@ __all__ = ["ItemTableTopK"]
 class ItemTableTopK:
     """Top-k items of ``softmax(z . v_i)`` over a trained module's item table rows ``1..N``.
 
-    ``z`` is the module's scaled query (``query / loss temperature``, as the sampler sees it), so
+    ``z`` is the module's scaled query (``query / head temperature``, as the sampler sees it), so
     the probabilities are those of the trained softmax; returned ids are item ids (``1..N``,
     padding row 0 excluded).
 
@@ -49,10 +49,9 @@ class ItemTableTopK:
         init_pulls: int = 32,
         variance_scale: float = 1.0,
     ) -> None:
-        head = getattr(module.loss, "head", None)
-        if getattr(head, "transforms_logits", False):
+        if module.head.transforms_logits:
             raise ValueError(
-                f"the model's {type(head).__name__} transforms its logits: its softmax is not "
+                f"the model's head={module.head.name} transforms its logits: its softmax is not "
                 "softmax(z . v_i), which AdaptiveSoftmax estimates"
             )
         self.module = module

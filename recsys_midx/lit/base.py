@@ -1,5 +1,6 @@
-"""What every LightningModule of the toolkit shares: an encoder that owns the item table, a
-sampler rebuilt from that table, a softmax objective, the optimiser, and metric logging."""
+"""What every LightningModule of the toolkit shares: an encoder that owns the item table, the
+output head beside it, a sampler rebuilt from that table, a softmax objective, the optimiser, and
+metric logging."""
 
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor, nn
 
 from recsys_midx.distributed import broadcast_module_state, raise_on_every_rank
-from recsys_midx.heads import optimizer_param_groups
-from recsys_midx.losses import CatalogSoftmax
-from recsys_midx.samplers import Sampler
+from recsys_midx.heads import Head, HeadOutput, optimizer_param_groups, ranking_queries
+from recsys_midx.protocols import CatalogDataModule, NegativeSampler, Objective, RefreshableIndex
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 
@@ -24,49 +24,74 @@ OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimize
 class CatalogModule(L.LightningModule, abc.ABC):
     """Base of the modules that train an encoder with a (sampled) softmax over its item table.
 
-    It builds the sampler from the live item table when fitting starts (not when a run resumes:
-    the checkpoint holds the proposal the interrupted run used), exposes :meth:`refresh_sampler`
-    and :meth:`proposal_queries` for :class:`~recsys_midx.lit.callbacks.SamplerRefresh`, builds
-    the optimiser, and runs validation and test through :meth:`update_metrics`, logging each
-    accumulator's results as ``val/NAME`` and ``test/NAME`` at the end of the epoch.
+    The encoder turns a batch into query vectors, the head (beside it) turns them into the scaled
+    queries of the model's softmax (:class:`~recsys_midx.heads.HeadOutput`), and the objective
+    scores those against the item table with the sampler's negatives. Evaluation, inference and
+    the diagnostics ask this module (:meth:`ranking_queries`, :meth:`proposal_queries`) or its
+    head, never the objective.
+
+    It builds the sampler (and a ``refreshable`` objective) from the live item table when
+    fitting starts (not when a run resumes: the checkpoint holds the proposal the interrupted run
+    used), exposes :meth:`refresh_sampler` and :meth:`proposal_queries` for
+    :class:`~recsys_midx.lit.callbacks.SamplerRefresh`, builds the optimiser, and runs validation
+    and test through :meth:`update_metrics`, logging each accumulator's results as ``val/NAME``
+    and ``test/NAME`` at the end of the epoch.
 
     Subclasses implement :meth:`training_step`, :meth:`encode` and :meth:`update_metrics`.
 
     Args:
         encoder: turns a batch into query vectors and owns the item table (``item_table``).
+        head: the output head; its ``temperature`` scales the queries the objective and the
+            sampler see.
         sampler: proposal of negatives (``exhaustive`` samplers mean the exact softmax).
-        loss: the softmax objective; its ``temperature`` scales the queries samplers see.
+        loss: the objective; it must accept ``head`` (``loss.accepted_heads``).
         optimizer: a callable building the optimiser from parameters (e.g. a partial
             ``torch.optim.Adam``).
         metrics: the evaluation accumulator; validation uses it, test a fresh copy.
+
+    Raises:
+        TypeError: if ``loss`` does not accept ``head`` (e.g. ``head=mos`` with ``loss=edrep``).
 
     Example:
         >>> class PointModule(CatalogModule):
         ...     def encode(self, batch):
         ...         return self.encoder(batch["x"])
         ...     def training_step(self, batch, batch_idx):
-        ...         return self.loss(self.encode(batch), batch["y"], self.encoder.item_table,
-        ...                          self.sampler)
+        ...         return self.objective(self.encode(batch), batch["y"])
         ...     def update_metrics(self, metrics, batch):
-        ...         metrics.update(target_ranks(self.encode(batch), self.encoder.item_table,
-        ...                                     batch["y"]))
+        ...         queries, log_weights = self.ranking_queries(self.encode(batch), 8192)
+        ...         metrics.update(target_ranks(queries, self.encoder.item_table, batch["y"],
+        ...                                     log_weights=log_weights))
     """
 
     def __init__(
         self,
         encoder: nn.Module,
-        sampler: Sampler,
-        loss: CatalogSoftmax,
+        head: Head,
+        sampler: NegativeSampler,
+        loss: Objective,
         optimizer: OptimizerFactory,
         metrics: torchmetrics.Metric,
     ) -> None:
+        if not isinstance(head, loss.accepted_heads):
+            accepted = ", ".join(f"head={kind.name}" for kind in loss.accepted_heads)
+            raise TypeError(
+                f"head={head.name} cannot be used with loss={loss.name}: it takes {accepted}"
+            )
         super().__init__()
         self.encoder = encoder
+        self.head = head
         self.sampler = sampler
         self.loss = loss
         self.optimizer_factory = optimizer
         self.val_metrics = metrics
         self.test_metrics = metrics.clone()
+
+    @property
+    def indexes(self) -> list[RefreshableIndex]:
+        """What is built from the item table and rebuilt with it: the sampler, and the objective
+        when it declares itself ``refreshable`` (EDRep's cluster statistics)."""
+        return [self.sampler, self.loss] if self.loss.refreshable else [self.sampler]
 
     def on_fit_start(self) -> None:
         # A resumed run restores the sampler from its checkpoint: rebuilding it here would give
@@ -76,22 +101,19 @@ class CatalogModule(L.LightningModule, abc.ABC):
 
     @torch.no_grad()
     def refresh_sampler(self) -> None:
-        """Rebuild the sampler (and a loss with an ``update`` method) from the live item table
-        and the training item counts.
+        """Rebuild the sampler (and a refreshable objective, see :attr:`indexes`) from the live
+        item table and the training item counts.
 
         In a multi-process run rank 0 builds the index and broadcasts it, so every rank draws
         from one proposal even where index building is not bit-reproducible (threaded or GPU
         k-means); the other ranks skip the build. The counts cover the whole training set on
         every rank: the data module holds the full split and only its loaders shard.
         """
-        # A loss built from the item table too (EDRep's cluster statistics) follows the
-        # sampler's schedule: it has the sampler's ``update`` signature.
-        rebuilt = [self.sampler]
-        if callable(getattr(self.loss, "update", None)):
-            rebuilt.append(self.loss)
+        rebuilt = self.indexes
         error: Exception | None = None
         if self.trainer.is_global_zero:
-            counts = getattr(self.trainer.datamodule, "item_counts", None)
+            datamodule: CatalogDataModule | None = self.trainer.datamodule
+            counts = None if datamodule is None else datamodule.item_counts
             try:
                 for module in rebuilt:
                     module.update(
@@ -120,7 +142,8 @@ class CatalogModule(L.LightningModule, abc.ABC):
             batch: an evaluation batch, on any device.
 
         Returns:
-            ``[B, D]`` float32 queries divided by the loss temperature, on the module's device.
+            ``[B, D]`` float32 queries divided by the head's temperature (``[B*K, D]`` for a
+            head with ``K`` queries per point), on the module's device.
         """
         batch = move_data_to_device(batch, self.device)
         was_training = self.encoder.training
@@ -129,20 +152,16 @@ class CatalogModule(L.LightningModule, abc.ABC):
             queries = self.encode(batch)
         finally:
             self.encoder.train(was_training)
-        sampler_queries = getattr(self.loss, "sampler_queries", None)
-        if sampler_queries is None:  # an objective without an output head
-            return queries.float() / self.loss.temperature
         # Through the head: MoE's projected query, or MoS's K component queries per point.
-        return sampler_queries(queries.float())
+        return self.head.sampler_queries(queries.float())
 
     @torch.no_grad()
     def ranking_queries(self, query: Tensor, chunk_size: int) -> tuple[Tensor, Tensor | None]:
         """Queries (and mixture log-weights) that rank the catalog as the model does.
 
-        The objective's head decides (:meth:`~recsys_midx.losses.CatalogSoftmax.ranking_queries`):
-        the query itself for the dot product and for increasing logit transforms, the projected
-        query for MoE, component queries and log-weights for MoS; objectives without a head rank
-        by the query itself.
+        The head decides (:func:`~recsys_midx.heads.ranking_queries`): the query itself for the
+        dot product and for increasing logit transforms, the projected query for MoE, component
+        queries and log-weights for MoS.
 
         Args:
             query: ``[B, D]`` encoder outputs.
@@ -152,10 +171,13 @@ class CatalogModule(L.LightningModule, abc.ABC):
             ``(queries, log_weights)`` for :func:`~recsys_midx.metrics.target_ranks` and
             :func:`~recsys_midx.metrics.top_labels`.
         """
-        head_queries = getattr(self.loss, "ranking_queries", None)
-        if head_queries is None:
-            return query, None
-        return head_queries(query, self.encoder.item_table, chunk_size)
+        return ranking_queries(self.head, query, self.encoder.item_table, chunk_size)
+
+    def objective(self, query: Tensor, targets: Tensor) -> Tensor:
+        """The training loss of encoder outputs ``query`` ``[Q, D]`` and their positives:
+        the head's output scored by the objective against the item table with the sampler."""
+        output: HeadOutput = self.head(query)
+        return self.loss(output, targets, self.encoder.item_table, self.sampler)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self.update_metrics(self.val_metrics, batch)

@@ -1,4 +1,5 @@
-"""Callbacks that record a run: one CSV row per epoch with timings, loss and validation metrics."""
+"""Callbacks of a run: one CSV row per epoch with timings, loss and validation metrics, and the
+schedule that rebuilds the sampler (and a refreshable objective) from the live item table."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
+from typing_extensions import override
 
+from recsys_midx.lit.base import CatalogModule
 from recsys_midx.samplers import proposal_divergence
 
 
@@ -110,22 +113,16 @@ class EpochLog(Callback):
         self._epoch_start = time.perf_counter() - state_dict.get("epoch_seconds", 0.0)
 
 
-def _schedule_fires(pl_module: L.LightningModule, every_name: str, count: int) -> bool:
-    """Whether the sampler's or the objective's ``every_name`` schedule (0 or absent: none)
-    asks for a rebuild at epoch or step ``count`` (never at 0: fitting starts with a build)."""
-    for part in (pl_module.sampler, pl_module.loss):
-        every = getattr(part, every_name, 0)
-        if every and count > 0 and count % every == 0:
-            return True
-    return False
-
-
 class SamplerRefresh(Callback):
-    """Rebuilds the module's sampler from the live item table on the sampler's own schedule.
+    """Rebuilds everything the module builds from the live item table, on a schedule.
 
-    The schedule is read from the sampler (``refresh_every_n_steps``, ``refresh_every_n_epochs``;
-    samplers without them, whose proposal does not follow the item table, are built once at the
-    start of training) and from the objective when it has one too (EDRep's cluster statistics).
+    The module's :attr:`~recsys_midx.lit.base.CatalogModule.indexes` (the sampler, and the
+    objective when it is refreshable, like EDRep's cluster statistics) are built when fitting
+    starts, then rebuilt at the start of every ``every_n_epochs``-th epoch and of every
+    ``every_n_steps``-th optimiser step (where both fall together, the step's rebuild follows
+    the epoch's: each is counted on its own schedule). A sampler whose
+    proposal does not follow the item table (uniform, popularity) rebuilds to the same proposal
+    without drawing random numbers, so the schedule does not change its training.
     Each rebuild is timed, and the proposal (of a sampler that samples) is compared with the
     softmax it approximates (KL and effective sample size, see
     :func:`~recsys_midx.samplers.proposal_divergence`) on a fixed set of validation queries.
@@ -136,47 +133,67 @@ class SamplerRefresh(Callback):
     a checkpoint taken at the end of an epoch rebuilds at the same points as an uninterrupted one.
 
     Args:
+        every_n_epochs: rebuild at the start of every this many epochs (0: not by epochs).
+        every_n_steps: rebuild at the start of every this many optimiser steps (0: not by
+            steps).
         diagnostic_queries: validation queries the proposal is compared on (0 disables the
             comparison, which costs a full pass over the catalog for those queries).
 
     Raises:
-        ValueError: if ``diagnostic_queries < 0``.
+        ValueError: if ``every_n_epochs``, ``every_n_steps`` or ``diagnostic_queries`` is
+            negative.
 
     Example:
-        >>> trainer = L.Trainer(callbacks=[SamplerRefresh(diagnostic_queries=256)])
+        >>> refresh = SamplerRefresh(every_n_epochs=1, every_n_steps=500, diagnostic_queries=256)
+        >>> trainer = L.Trainer(callbacks=[refresh])
     """
 
-    def __init__(self, diagnostic_queries: int = 256) -> None:
-        if diagnostic_queries < 0:
-            raise ValueError(f"diagnostic_queries must be >= 0, got {diagnostic_queries}")
+    def __init__(
+        self, every_n_epochs: int = 1, every_n_steps: int = 0, diagnostic_queries: int = 256
+    ) -> None:
+        for name, value in (("every_n_epochs", every_n_epochs), ("every_n_steps", every_n_steps),
+                            ("diagnostic_queries", diagnostic_queries)):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        self.every_n_epochs = int(every_n_epochs)
+        self.every_n_steps = int(every_n_steps)
         self.diagnostic_queries = diagnostic_queries
         self.history: list[dict[str, float]] = []
         self._batch: dict[str, Tensor] | None = None
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    @staticmethod
+    def _fires(every: int, count: int) -> bool:
+        """Whether a schedule of ``every`` (0: none) rebuilds at epoch or step ``count`` (never
+        at 0: fitting starts with a build)."""
+        return every > 0 and count > 0 and count % every == 0
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: CatalogModule) -> None:
         if self.diagnostic_queries and trainer.datamodule is not None:
             batch = next(iter(trainer.datamodule.val_dataloader()))
             self._batch = {name: value[: self.diagnostic_queries] for name, value in batch.items()}
         if not self.history:  # the build done when fitting started
             self._diagnose(trainer, pl_module, refresh_seconds=None)
 
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if _schedule_fires(pl_module, "refresh_every_n_epochs", trainer.current_epoch):
+    @override
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: CatalogModule) -> None:
+        if self._fires(self.every_n_epochs, trainer.current_epoch):
             self._refresh(trainer, pl_module)
 
+    @override
     def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+        self, trainer: L.Trainer, pl_module: CatalogModule, batch: Any, batch_idx: int
     ) -> None:
-        if _schedule_fires(pl_module, "refresh_every_n_steps", trainer.global_step):
+        if self._fires(self.every_n_steps, trainer.global_step):
             self._refresh(trainer, pl_module)
 
-    def _refresh(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def _refresh(self, trainer: L.Trainer, pl_module: CatalogModule) -> None:
         start = time.perf_counter()
         pl_module.refresh_sampler()
         self._diagnose(trainer, pl_module, refresh_seconds=time.perf_counter() - start)
 
     def _diagnose(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, refresh_seconds: float | None
+        self, trainer: L.Trainer, pl_module: CatalogModule, refresh_seconds: float | None
     ) -> None:
         metrics = {"step": float(trainer.global_step), "epoch": float(trainer.current_epoch)}
         if refresh_seconds is not None:
@@ -196,8 +213,10 @@ class SamplerRefresh(Callback):
                 step=trainer.global_step,
             )
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"history": self.history}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.history = list(state_dict["history"])

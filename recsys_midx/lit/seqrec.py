@@ -1,4 +1,5 @@
-"""LightningModule for next-item prediction: encoder + sampler + softmax loss, full-ranking eval."""
+"""LightningModule for next-item prediction: encoder + head + sampler + softmax loss, full-ranking
+eval."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
+from recsys_midx.heads import Head
 from recsys_midx.lit.base import CatalogModule, OptimizerFactory
-from recsys_midx.losses import SoftmaxLoss
 from recsys_midx.metrics import RankingMetrics, target_ranks
 from recsys_midx.models import SequenceEncoder
-from recsys_midx.samplers import Sampler
+from recsys_midx.protocols import NegativeSampler, Objective
 
 
 class SeqRecModule(CatalogModule):
@@ -22,30 +23,35 @@ class SeqRecModule(CatalogModule):
 
     Args:
         encoder: turns item sequences into query vectors and owns the item table.
+        head: the output head (``DotHead()`` for the plain softmax).
         sampler: proposal of negatives (``exhaustive`` samplers mean the exact softmax).
-        loss: the softmax objective.
+        loss: the objective (one target per query); it must accept ``head``.
         optimizer: a callable building the optimiser from parameters (e.g. a partial
             ``torch.optim.Adam``).
         exclude_seen: remove each user's history items from the evaluation ranking.
         ks: cut-offs of the ranking metrics.
         eval_chunk_size: items scored at a time during evaluation (bounds memory).
 
+    Raises:
+        TypeError: if ``loss`` does not accept ``head``.
+
     Example:
-        >>> module = SeqRecModule(SASRec(num_items=1000), UniformSampler(1000), SoftmaxLoss(),
-        ...                       functools.partial(torch.optim.Adam, lr=1e-3))
+        >>> module = SeqRecModule(SASRec(num_items=1000), DotHead(), UniformSampler(1000),
+        ...                       SoftmaxLoss(), functools.partial(torch.optim.Adam, lr=1e-3))
     """
 
     def __init__(
         self,
         encoder: SequenceEncoder,
-        sampler: Sampler,
-        loss: SoftmaxLoss,
+        head: Head,
+        sampler: NegativeSampler,
+        loss: Objective,
         optimizer: OptimizerFactory,
         exclude_seen: bool = True,
         ks: Sequence[int] = (10, 20),
         eval_chunk_size: int = 65536,
     ) -> None:
-        super().__init__(encoder, sampler, loss, optimizer, RankingMetrics(ks))
+        super().__init__(encoder, head, sampler, loss, optimizer, RankingMetrics(ks))
         self.exclude_seen = exclude_seen
         self.eval_chunk_size = eval_chunk_size
 
@@ -54,7 +60,7 @@ class SeqRecModule(CatalogModule):
         queries = self.encoder(inputs)
         # A position trains only when it has both a real input item and a real next item.
         is_query = (targets > 0) & (inputs > 0)
-        loss = self.loss(queries[is_query], targets[is_query], self.encoder.item_table, self.sampler)
+        loss = self.objective(queries[is_query], targets[is_query])
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True,
                  batch_size=int(is_query.sum()))
         return loss

@@ -9,11 +9,12 @@ import torch
 from torch import Tensor
 
 from recsys_midx.data.xc import XCDataModule
+from recsys_midx.heads import Head
 from recsys_midx.lit.base import CatalogModule, OptimizerFactory
 from recsys_midx.losses import EDRepLoss, MultiLabelSoftmaxLoss
 from recsys_midx.metrics import XCMetrics, inverse_propensities, top_labels
 from recsys_midx.models import XCEncoder
-from recsys_midx.samplers import Sampler
+from recsys_midx.protocols import NegativeSampler
 
 
 class XCModule(CatalogModule):
@@ -31,8 +32,9 @@ class XCModule(CatalogModule):
 
     Args:
         encoder: sparse features -> query vectors; owns the label table.
+        head: the output head (``DotHead()`` for the plain softmax).
         sampler: proposal of negatives (``exhaustive`` samplers mean the exact softmax).
-        loss: the multi-label softmax objective.
+        loss: the multi-label objective; it must accept ``head``.
         optimizer: a callable building the optimiser from parameters (e.g. a partial
             ``torch.optim.Adam``).
         ks: cut-offs of the metrics.
@@ -40,11 +42,11 @@ class XCModule(CatalogModule):
 
     Raises:
         TypeError: if ``loss`` is neither a :class:`~recsys_midx.losses.MultiLabelSoftmaxLoss`
-            nor an :class:`~recsys_midx.losses.EDRepLoss`.
+            nor an :class:`~recsys_midx.losses.EDRepLoss`, or if it does not accept ``head``.
 
     Example:
-        >>> module = XCModule(XCEncoder(5000, 1000), UniformSampler(1000), MultiLabelSoftmaxLoss(),
-        ...                   functools.partial(torch.optim.Adam, lr=1e-3))
+        >>> module = XCModule(XCEncoder(5000, 1000), DotHead(), UniformSampler(1000),
+        ...                   MultiLabelSoftmaxLoss(), functools.partial(torch.optim.Adam, lr=1e-3))
     """
 
     inv_propensity: Tensor
@@ -52,7 +54,8 @@ class XCModule(CatalogModule):
     def __init__(
         self,
         encoder: XCEncoder,
-        sampler: Sampler,
+        head: Head,
+        sampler: NegativeSampler,
         loss: MultiLabelSoftmaxLoss | EDRepLoss,
         optimizer: OptimizerFactory,
         ks: Sequence[int] = (1, 3, 5),
@@ -64,7 +67,7 @@ class XCModule(CatalogModule):
                 f"XCModule needs a MultiLabelSoftmaxLoss (loss=multilabel_softmax) or an "
                 f"EDRepLoss (loss=edrep), got {type(loss).__name__}"
             )
-        super().__init__(encoder, sampler, loss, optimizer, XCMetrics(ks))
+        super().__init__(encoder, head, sampler, loss, optimizer, XCMetrics(ks))
         self.eval_chunk_size = eval_chunk_size
         weights = torch.ones(encoder.num_labels + 1)
         weights[0] = 0.0
@@ -92,7 +95,7 @@ class XCModule(CatalogModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         labels = batch["labels"]
-        loss = self.loss(self.encode(batch), labels, self.encoder.item_table, self.sampler)
+        loss = self.objective(self.encode(batch), labels)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True,
                  batch_size=labels.shape[0])
         return loss

@@ -15,8 +15,10 @@ cluster per item, and close whenever the scores inside a cluster are nearly Gaus
 Clusters come from the faiss k-means of the MIDX codebooks (a one-level
 :class:`~recsys_midx.samplers.codebooks.ResidualCodebooks`, warm-started at each rebuild), fitted
 to the live item table whenever :meth:`EDRepLoss.update` runs: the Lightning modules call it at
-the start of fitting and on the sampler's refresh schedule. Counts, means, covariances and the
-assignment are buffers, so a checkpoint restores them and a resumed run continues identically.
+the start of fitting and on the refresh schedule of
+:class:`~recsys_midx.lit.callbacks.SamplerRefresh`, with the sampler's rebuild. Counts, means,
+covariances and the assignment are buffers, so a checkpoint restores them and a resumed run
+continues identically.
 
 Exact positive terms (``exact_positives=True``, the default): each query's positives are taken
 out of their clusters' statistics (an ``O(D)`` downdate of count, mean and variance of the
@@ -39,13 +41,14 @@ objective stays one estimate plus the exact positives, with no draw to correct f
 
 from __future__ import annotations
 
-import math
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..heads.base import HeadOutput
+from ..heads.dot import DotHead
 from ..samplers.base import Sampler
 from ..index import IndexModule, ResidualCodebooks
 from .full_softmax import check_scoring_inputs, compute_dtype
@@ -187,12 +190,15 @@ class EDRepLoss(IndexModule):
     """Softmax cross-entropy over the catalog with EDRep's Gaussian-mixture normaliser.
 
     Called like :class:`~recsys_midx.losses.SoftmaxLoss` and
-    :class:`~recsys_midx.losses.MultiLabelSoftmaxLoss` (``loss(query, targets, item_emb,
+    :class:`~recsys_midx.losses.MultiLabelSoftmaxLoss` (``loss(head(query), targets, item_emb,
     sampler)``), with ``[Q]`` targets (one per query) or ``[Q, P]`` positives padded with ``0``
     (several per query; the loss averages over all positives of the batch). Scores are
-    ``s(z, v) = z . v`` for ``z = query / temperature``. The sampler is not used: the normaliser
-    comes from the cluster statistics, which :meth:`update` rebuilds from the item table (the
-    Lightning modules call it with the sampler's own rebuild).
+    ``s(z, v) = z . v`` for the head's scaled queries ``z = query / temperature``; the Gaussian
+    estimate is that of the plain dot product, so only a
+    :class:`~recsys_midx.heads.DotHead` is accepted (``accepted_heads``). The sampler is not
+    used: the normaliser comes from the cluster statistics, which :meth:`update` rebuilds from
+    the item table (the Lightning modules call it with the sampler's own rebuild, which
+    ``refreshable`` asks for).
 
     By default the statistics are constants between rebuilds, so only the positives' rows of the
     item table get gradients from the loss. With ``grad_through_stats=True`` the means and
@@ -202,51 +208,44 @@ class EDRepLoss(IndexModule):
 
     Args:
         num_clusters: ``k``, Gaussian components (k-means clusters of the item table).
-        temperature: divides the query once.
         exact_positives: take each query's positives out of the estimate and add them exactly.
         grad_through_stats: let gradients flow through the means and covariances.
         kmeans_iters: k-means iterations of the first build.
         warm_start_iters: k-means iterations of a rebuild (warm-started from the last centroids).
         seed: base seed of k-means (each rebuild uses the next one, so a resumed run matches).
-        refresh_every_n_epochs: rebuild the statistics at the start of every this many epochs
-            (read by :class:`~recsys_midx.lit.callbacks.SamplerRefresh`, on top of the
-            sampler's own schedule, so that a sampler that is never rebuilt, e.g. ``uniform``,
-            does not leave them stale); 0 follows the sampler's schedule alone.
 
     Raises:
-        ValueError: if ``num_clusters < 1``, ``refresh_every_n_epochs < 0``, ``temperature`` is not finite and positive or an
-            iteration count is invalid; on malformed inputs, duplicate positives in a row, or a
-            call before :meth:`update`.
+        ValueError: if ``num_clusters < 1`` or an iteration count is invalid; on malformed
+            inputs, duplicate positives in a row, or a call before :meth:`update`.
 
     Example:
-        >>> loss_fn = EDRepLoss(num_clusters=4)
+        >>> from recsys_midx.heads import DotHead
+        >>> head, loss_fn = DotHead(), EDRepLoss(num_clusters=4)
         >>> item_emb = torch.randn(101, 8, requires_grad=True)
         >>> loss_fn.update(item_emb.detach())
         >>> query = torch.randn(3, 8, requires_grad=True)
-        >>> loss = loss_fn(query, torch.tensor([1, 50, 100]), item_emb)
+        >>> loss = loss_fn(head(query), torch.tensor([1, 50, 100]), item_emb)
         >>> loss.backward()
     """
+
+    name: ClassVar[str] = "edrep"
+    #: The Gaussian estimate is that of plain dot products of one query.
+    accepted_heads: ClassVar[tuple[type[DotHead], ...]] = (DotHead,)
+    #: The cluster statistics are built from the item table: :meth:`update` rebuilds them.
+    refreshable: ClassVar[bool] = True
 
     def __init__(
         self,
         num_clusters: int = 16,
-        temperature: float = 1.0,
         exact_positives: bool = True,
         grad_through_stats: bool = False,
         kmeans_iters: int = 20,
         warm_start_iters: int = 5,
         seed: int = 0,
-        refresh_every_n_epochs: int = 1,
     ) -> None:
         super().__init__()
-        if refresh_every_n_epochs < 0:
-            raise ValueError(f"refresh_every_n_epochs must be >= 0, got {refresh_every_n_epochs}")
-        self.refresh_every_n_epochs = int(refresh_every_n_epochs)
         if num_clusters < 1:
             raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
-        if not (math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"temperature must be finite and > 0, got {temperature}")
-        self.temperature = float(temperature)
         self.exact_positives = bool(exact_positives)
         self.grad_through_stats = bool(grad_through_stats)
         # One residual level is plain k-means on whole vectors: the MIDX code, warm starts and
@@ -328,12 +327,13 @@ class EDRepLoss(IndexModule):
         return gaussian_log_partition(query.to(dtype), *self.statistics(item_emb, dtype))
 
     def forward(
-        self, query: Tensor, targets: Tensor, item_emb: Tensor, sampler: Sampler | None = None
+        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, sampler: Sampler | None = None
     ) -> Tensor:
         """Mean loss over the positives of a batch.
 
         Args:
-            query: ``[Q, D]`` query vectors (before the temperature).
+            output: the :class:`~recsys_midx.heads.DotHead`'s output: ``[Q, D]`` scaled
+                queries.
             targets: ``[Q]`` target ids in ``1..N``, or ``[Q, P]`` distinct positive ids per row
                 padded with ``0``.
             item_emb: ``[N+1, D]`` item table, row 0 padding; it must have ``N`` rows of the
@@ -344,6 +344,7 @@ class EDRepLoss(IndexModule):
             Scalar loss.
         """
         self._check_built()
+        query = output.queries
         if targets.dim() == 1:
             check_scoring_inputs(query, item_emb, targets)
             targets = targets[:, None]
@@ -356,7 +357,7 @@ class EDRepLoss(IndexModule):
                 f"{self.assignments.shape[0]}"
             )
         dtype = compute_dtype(query, item_emb)
-        z = query.to(dtype) / self.temperature
+        z = query.to(dtype)
         counts, means, covariances = self.statistics(item_emb, dtype)
         mean, variance = score_moments(z, means, covariances)
         pos_emb = F.embedding(ids, item_emb).to(dtype)
@@ -403,6 +404,6 @@ class EDRepLoss(IndexModule):
 
     def extra_repr(self) -> str:
         return (
-            f"num_clusters={self.num_clusters}, temperature={self.temperature}, "
+            f"num_clusters={self.num_clusters}, "
             f"exact_positives={self.exact_positives}, grad_through_stats={self.grad_through_stats}"
         )

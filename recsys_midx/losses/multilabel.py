@@ -352,8 +352,8 @@ def multilabel_head_sampled_softmax_loss(
 
 class MultiLabelSoftmaxLoss(CatalogSoftmax):
     """Multi-label softmax over the catalog: the mean, over all positives of a batch, of each
-    positive's softmax cross-entropy against the labels its point does not carry, with scores
-    ``s(z, v) = z . v`` for ``z = query / temperature``.
+    positive's softmax cross-entropy against the labels its point does not carry, for the scaled
+    queries ``z`` of an output head (scores ``s(z, v) = z . v``, deformed by the head).
 
     With an exhaustive sampler it is exact (:func:`multilabel_full_softmax_loss`); with any other
     sampler each query draws ``sampler.num_negatives`` negatives once, shared by all its
@@ -362,26 +362,26 @@ class MultiLabelSoftmaxLoss(CatalogSoftmax):
     the scaled query, as with :class:`~recsys_midx.losses.SoftmaxLoss`.
 
     Args:
-        temperature: divides the query once; scores become ``query . v / temperature``.
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
-        head: the output head (:mod:`recsys_midx.heads`); ``None`` is the plain dot product.
         exact_positives: count each positive exactly in the sampled normaliser instead of
             logQ-correcting it like a negative (see :class:`CatalogSoftmax`).
 
     Raises:
-        ValueError: if ``temperature`` is not finite and positive or ``chunk_size < 1``; on
-            malformed inputs when called.
+        ValueError: if ``chunk_size < 1``; on malformed inputs when called.
 
     Example:
+        >>> from recsys_midx.heads import DotHead
         >>> from recsys_midx.samplers import UniformSampler
-        >>> loss_fn = MultiLabelSoftmaxLoss()
+        >>> head, loss_fn = DotHead(), MultiLabelSoftmaxLoss()
         >>> query = torch.randn(3, 8, requires_grad=True)
         >>> item_emb = torch.randn(101, 8, requires_grad=True)
         >>> positives = torch.tensor([[4, 7, 9], [100, 0, 0], [1, 2, 0]])
-        >>> loss = loss_fn(query, positives, item_emb, UniformSampler(100, 10))
+        >>> loss = loss_fn(head(query), positives, item_emb, UniformSampler(100, 10))
         >>> loss.backward()
     """
+
+    name = "multilabel_softmax"
 
     functions = LossFunctions(
         exact=multilabel_full_softmax_loss,

@@ -1,8 +1,9 @@
 """The softmax objectives: exact or sampled, chosen by the sampler they are given.
 
-:class:`CatalogSoftmax` holds what every such objective shares: the output head
-(:mod:`recsys_midx.heads`), the temperature that scales the query, the choice between the exact
-loss (exhaustive samplers) and the sampled one, and the draw of negatives with their ``log q``
+:class:`CatalogSoftmax` holds what every such objective shares: reading the output head's
+:class:`~recsys_midx.heads.HeadOutput` (scaled queries, mixture prior, score transform), the
+choice between the exact loss (exhaustive samplers) and the sampled one, and the draw of
+negatives with their ``log q``
 (:func:`draw_negatives`, or :func:`draw_mixture_negatives` for heads with several queries per
 context). :class:`SoftmaxLoss` (one target per query) and
 :class:`~recsys_midx.losses.multilabel.MultiLabelSoftmaxLoss` (several positives per query) only
@@ -19,15 +20,10 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-from ..heads import DotHead, Head
+# Submodules of the heads (not the package): the heads' scoring functions import the losses.
+from ..heads.base import Head, HeadOutput
 from ..samplers.base import Sampler
-from .full_softmax import (
-    as_components,
-    full_softmax_loss,
-    head_full_softmax_loss,
-    head_logsumexp,
-    mixture_log_prob,
-)
+from .full_softmax import Transform, full_softmax_loss, head_full_softmax_loss
 from .sampled_softmax import head_sampled_softmax_loss, sampled_softmax_loss
 
 
@@ -181,28 +177,29 @@ class LossFunctions(NamedTuple):
     head_sampled: Callable[..., Tensor]
 
 
-class CatalogSoftmax(torch.nn.Module):
-    """Base of the softmax objectives over the catalog, scores ``s(z, v) = z . v`` for
-    ``z = query / temperature``, deformed by an output head.
+def _identity(scores: Tensor) -> Tensor:
+    return scores
 
-    :meth:`forward` passes the query through the head (:meth:`~recsys_midx.heads.Head.queries`:
-    one query or ``K`` component queries and a prior), divides by the temperature once, then
-    computes the exact loss when the sampler is exhaustive, and otherwise draws negatives for the
-    scaled queries (:func:`draw_negatives`; :func:`draw_mixture_negatives` for several queries)
-    and computes the sampled loss. The head's pointwise transform applies to the scaled scores,
+
+class CatalogSoftmax(torch.nn.Module):
+    """Base of the softmax objectives over the catalog, for the scaled queries of an output head
+    (scores ``s(z, v) = z . v`` with ``z = query / temperature``, deformed by the head).
+
+    :meth:`forward` takes the head's :class:`~recsys_midx.heads.HeadOutput` (one query or ``K``
+    component queries and a prior, already divided by the head's temperature), computes the
+    exact loss when the sampler is exhaustive, and otherwise draws negatives for the scaled
+    queries (:func:`draw_negatives`; :func:`draw_mixture_negatives` for several queries) and
+    computes the sampled loss. The head's pointwise transform applies to the scaled scores,
     before the logQ correction. With a single query and no transform
     (:class:`~recsys_midx.heads.DotHead`, :class:`~recsys_midx.heads.MoEHead`) the plain
     :meth:`exact_loss` / :meth:`sampled_loss` run; otherwise :meth:`head_exact_loss` /
-    :meth:`head_sampled_loss`.
-    Only the :class:`~recsys_midx.samplers.Sampler` protocol is used. A subclass says how the
-    targets are read by naming its :class:`LossFunctions` (``functions``).
+    :meth:`head_sampled_loss`. Every head is accepted (``accepted_heads``).
+    Only the :class:`~recsys_midx.protocols.NegativeSampler` protocol is used. A subclass says
+    how the targets are read by naming its :class:`LossFunctions` (``functions``).
 
     Args:
-        temperature: divides the query once; scores become ``query . v / temperature``.
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
-        head: the output head (its parameters are the objective's); ``None`` is the plain
-            dot product (:class:`~recsys_midx.heads.DotHead`).
         exact_positives: how a sampled loss counts the positive in its normaliser. ``False``:
             like a negative, ``o_p = s_p - log q(p)`` (the usual logQ correction). ``True``:
             exactly, ``o_p = s_p`` with ``o_j = s_j - log(M q_j)`` for the negatives (see
@@ -214,36 +211,32 @@ class CatalogSoftmax(torch.nn.Module):
             on ``q(p)``.
 
     Raises:
-        ValueError: if ``temperature`` is not finite and positive or ``chunk_size < 1``.
-        TypeError: if ``head`` is not a :class:`~recsys_midx.heads.Head`.
+        ValueError: if ``chunk_size < 1``.
     """
 
     functions: ClassVar[LossFunctions]
+    #: The objective's name in messages, as the ``loss`` config group spells it.
+    name: ClassVar[str]
+    #: Every head: the exact and sampled losses cover transforms and mixtures.
+    accepted_heads: ClassVar[tuple[type[Head], ...]] = (Head,)
+    #: Built from the item table? No: nothing to refresh.
+    refreshable: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        temperature: float = 1.0,
-        chunk_size: int = 32768,
-        head: Head | None = None,
-        exact_positives: bool = False,
-    ) -> None:
+    def __init__(self, chunk_size: int = 32768, exact_positives: bool = False) -> None:
         super().__init__()
-        if not (math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"temperature must be finite and > 0, got {temperature}")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-        if head is not None and not isinstance(head, Head):
-            raise TypeError(f"head must be a recsys_midx.heads.Head, got {type(head).__name__}")
-        self.temperature = float(temperature)
         self.chunk_size = int(chunk_size)
-        self.head = DotHead() if head is None else head
         self.exact_positives = bool(exact_positives)
 
-    def forward(self, query: Tensor, targets: Tensor, item_emb: Tensor, sampler: Sampler) -> Tensor:
+    def forward(
+        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, sampler: Sampler
+    ) -> Tensor:
         """Scalar loss of a batch.
 
         Args:
-            query: ``[Q, D]`` query vectors (before the temperature).
+            output: the head's output for the batch's queries (scaled ``[Q, D]`` or
+                ``[Q, K, D]`` queries, prior, transform).
             targets: the positive ids of each query, as the subclass expects them (``[Q]``
                 target ids, or ``[Q, P]`` positives padded with ``0``).
             item_emb: ``[N+1, D]`` item table, row 0 padding.
@@ -252,18 +245,18 @@ class CatalogSoftmax(torch.nn.Module):
         Returns:
             Scalar loss.
         """
-        queries, log_prior = self.head.queries(query)
-        z = queries / self.temperature
-        plain = z.dim() == 2 and not self.head.transforms_logits
+        z, log_prior, transform = output
+        plain = z.dim() == 2 and transform is None
+        transform = _identity if transform is None else transform
         if sampler.exhaustive:
             if plain:
                 return self.exact_loss(z, targets, item_emb)
-            return self.head_exact_loss(z, log_prior, targets, item_emb)
+            return self.head_exact_loss(z, log_prior, targets, item_emb, transform)
         draw = draw_negatives if z.dim() == 2 else draw_mixture_negatives
         negatives = draw(sampler, z, targets, self.exact_positives)
         if plain:
             return self.sampled_loss(z, targets, item_emb, negatives)
-        return self.head_sampled_loss(z, log_prior, targets, item_emb, negatives)
+        return self.head_sampled_loss(z, log_prior, targets, item_emb, negatives, transform)
 
     def exact_loss(self, query: Tensor, targets: Tensor, item_emb: Tensor) -> Tensor:
         """Mean exact cross-entropy of the plain dot-product softmax for scaled queries."""
@@ -278,12 +271,17 @@ class CatalogSoftmax(torch.nn.Module):
         ).mean()
 
     def head_exact_loss(
-        self, queries: Tensor, log_prior: Tensor | None, targets: Tensor, item_emb: Tensor
+        self,
+        queries: Tensor,
+        log_prior: Tensor | None,
+        targets: Tensor,
+        item_emb: Tensor,
+        transform: Transform,
     ) -> Tensor:
         """Mean exact cross-entropy of the head's model for scaled queries ``[Q, D]`` or
-        ``[Q, K, D]``."""
+        ``[Q, K, D]`` and the head's score ``transform``."""
         return self.functions.head_exact(
-            queries, log_prior, item_emb, targets, self.head.transform, self.chunk_size
+            queries, log_prior, item_emb, targets, transform, self.chunk_size
         ).mean()
 
     def head_sampled_loss(
@@ -293,96 +291,22 @@ class CatalogSoftmax(torch.nn.Module):
         targets: Tensor,
         item_emb: Tensor,
         negatives: Negatives,
+        transform: Transform,
     ) -> Tensor:
-        """Mean sampled cross-entropy of the head's model for scaled queries and drawn
-        negatives."""
+        """Mean sampled cross-entropy of the head's model for scaled queries, drawn negatives
+        and the head's score ``transform``."""
         return self.functions.head_sampled(
             queries, log_prior, item_emb, targets, negatives.ids, negatives.log_q,
-            negatives.positive_log_q, self.head.transform,
+            negatives.positive_log_q, transform,
         ).mean()
 
-    def sampler_queries(self, query: Tensor) -> Tensor:
-        """The scaled queries a sampler sees for contexts ``query`` ``[Q, D]``: ``[Q, D]``, or
-        ``[Q*K, D]`` (context major) for a head with ``K`` queries per context."""
-        queries, _ = self.head.queries(query)
-        return queries.reshape(-1, queries.shape[-1]) / self.temperature
-
-    @torch.no_grad()
-    def ranking_queries(
-        self, query: Tensor, item_emb: Tensor, chunk_size: int | None = None
-    ) -> tuple[Tensor, Tensor | None]:
-        """Queries whose scores rank the catalog as the model's probabilities do, for evaluation.
-
-        A single query ranks items by its dot product whatever the temperature and whatever
-        increasing transform the head applies (sigsoftmax, PLIF), so it is returned as is (for
-        the plain dot product, ``query`` itself). A mixture of softmaxes ranks by
-        ``log p(i) = logsumexp_k(log pi_k - lse_k + z_k . v_i)``: its scaled component queries are
-        returned with log-weights ``log pi_k - lse_k``, the component normalisers computed over
-        the whole catalog in chunks. :func:`~recsys_midx.metrics.target_ranks` and
-        :func:`~recsys_midx.metrics.top_labels` take both.
-
-        Args:
-            query: ``[B, D]`` encoder outputs (before the temperature).
-            item_emb: ``[N+1, D]`` item table, row 0 padding.
-            chunk_size: items scored at once for the normalisers (default: the loss's).
-
-        Returns:
-            ``(queries, None)`` with ``queries`` ``[B, D]``, or ``[B, K, D]`` queries and
-            ``[B, K]`` log-weights.
-
-        Raises:
-            NotImplementedError: for a head with several queries that also transforms scores.
-        """
-        queries, log_prior = self.head.queries(query)
-        if queries.dim() == 2:
-            return queries, None
-        if self.head.transforms_logits:
-            # Mixture scores are log-sum-exps of dot products: a transform would not fit them.
-            raise NotImplementedError(
-                f"{self.head} both transforms scores and has several queries per context"
-            )
-        z = queries.float() / self.temperature
-        lse = head_logsumexp(z, item_emb, self.head.transform, chunk_size or self.chunk_size)
-        return z, log_prior.float() - lse
-
-    def log_probs(self, query: Tensor, item_emb: Tensor, ids: Tensor) -> Tensor:
-        """Exact ``log p(ids | context)`` of the model, normalised over the whole catalog.
-
-        Differentiable (the normalisers are chunked and checkpointed); used by the
-        softmax-bottleneck diagnostics (:mod:`recsys_midx.analysis`).
-
-        Args:
-            query: ``[Q, D]`` encoder outputs (before the temperature).
-            item_emb: ``[N+1, D]`` item table, row 0 padding.
-            ids: ``[m]`` item ids in ``1..N``, the same for every context.
-
-        Returns:
-            ``[Q, m]`` log-probabilities (at least float32).
-
-        Example:
-            >>> loss_fn, item_emb = SoftmaxLoss(), torch.randn(11, 4)
-            >>> log_p = loss_fn.log_probs(torch.randn(2, 4), item_emb, torch.arange(1, 11))
-            >>> torch.allclose(log_p.exp().sum(1), torch.ones(2))
-            True
-        """
-        queries, log_prior = self.head.queries(query)
-        z = as_components(queries / self.temperature)
-        lse = head_logsumexp(z, item_emb, self.head.transform, self.chunk_size)  # [Q, K]
-        items = item_emb[ids].to(device=z.device, dtype=lse.dtype)
-        scores = self.head.transform((z.to(lse.dtype) @ items.T).to(lse.dtype))  # [Q, K, m]
-        log_p = (scores - lse[..., None]).transpose(1, 2)  # [Q, m, K]
-        return mixture_log_prob(log_p, None if log_prior is None else log_prior[:, None])
-
     def extra_repr(self) -> str:
-        return (
-            f"temperature={self.temperature}, chunk_size={self.chunk_size}, "
-            f"exact_positives={self.exact_positives}"
-        )
+        return f"chunk_size={self.chunk_size}, exact_positives={self.exact_positives}"
 
 
 class SoftmaxLoss(CatalogSoftmax):
-    """Softmax cross-entropy over the catalog, one target per query, with scores
-    ``s(z, v) = z . v`` for ``z = query / temperature``.
+    """Softmax cross-entropy over the catalog, one target per query, for the scaled queries
+    ``z`` of an output head (scores ``s(z, v) = z . v``, deformed by the head).
 
     With an exhaustive sampler (:class:`~recsys_midx.samplers.FullSampler`) it computes the exact
     cross-entropy over items ``1..N``; with any other sampler it draws ``sampler.num_negatives``
@@ -391,27 +315,27 @@ class SoftmaxLoss(CatalogSoftmax):
     softmax being trained.
 
     Args:
-        temperature: divides the query once; scores become ``query . v / temperature``.
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
-        head: the output head (:mod:`recsys_midx.heads`); ``None`` is the plain dot product.
         exact_positives: count each positive exactly in the sampled normaliser instead of
             logQ-correcting it like a negative (see :class:`CatalogSoftmax`).
 
     Raises:
-        ValueError: if ``temperature`` is not finite and positive or ``chunk_size < 1``; on
-            malformed inputs when called (see :func:`full_softmax_loss` and
-            :func:`sampled_softmax_loss`).
+        ValueError: if ``chunk_size < 1``; on malformed inputs when called (see
+            :func:`full_softmax_loss` and :func:`sampled_softmax_loss`).
 
     Example:
+        >>> from recsys_midx.heads import DotHead
         >>> from recsys_midx.samplers import UniformSampler
-        >>> loss_fn = SoftmaxLoss(temperature=0.5)
+        >>> head, loss_fn = DotHead(temperature=0.5), SoftmaxLoss()
         >>> query = torch.randn(4, 8, requires_grad=True)
         >>> item_emb = torch.randn(101, 8, requires_grad=True)
-        >>> loss = loss_fn(query, torch.tensor([1, 5, 9, 100]), item_emb, UniformSampler(100, 10))
+        >>> loss = loss_fn(head(query), torch.tensor([1, 5, 9, 100]), item_emb,
+        ...                UniformSampler(100, 10))
         >>> loss.backward()
     """
 
+    name = "softmax"
     functions = LossFunctions(
         exact=full_softmax_loss,
         sampled=sampled_softmax_loss,

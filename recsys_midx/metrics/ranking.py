@@ -94,7 +94,7 @@ def catalog_scores(query: Tensor, vectors: Tensor, log_weights: Tensor | None = 
     ``K`` queries per row (``[B, K, D]`` with ``log_weights`` ``[B, K]``) score
     ``logsumexp_k(log_weights_k + query_k . v)``, the log-probability of a mixture of softmaxes
     when the weights hold ``log pi_k`` minus each component's normaliser
-    (:meth:`~recsys_midx.losses.CatalogSoftmax.ranking_queries`).
+    (:func:`~recsys_midx.heads.ranking_queries`).
 
     Args:
         query: ``[B, D]`` or ``[B, K, D]`` queries.

@@ -99,9 +99,6 @@ class MIDXSampler(Sampler, IndexModule):
         query_chunk_size: queries processed at once. Temporaries grow linearly with
             ``query_chunk_size * (#cells + M)`` (a chunk's cell tables and draws), besides the
             ``12 * Q * M`` bytes of output; the exact stage further caps ``rows x N``.
-        refresh_every_n_steps: how often a training loop should rebuild the proposal from the
-            live item table, in optimiser steps (0: not by steps).
-        refresh_every_n_epochs: the same in epochs (0: not by epochs).
 
     Raises:
         ValueError: for an unknown ``quantizer``, ``last_stage`` or ``cell_draw``, ``K > N``, a
@@ -134,17 +131,8 @@ class MIDXSampler(Sampler, IndexModule):
         exact_top_codewords: int = 0,
         exact_top_weight: float = 0.5,
         query_chunk_size: int = 1024,
-        refresh_every_n_steps: int = 0,
-        refresh_every_n_epochs: int = 1,
     ) -> None:
         super().__init__(num_items, num_negatives)
-        if refresh_every_n_steps < 0 or refresh_every_n_epochs < 0:
-            raise ValueError(
-                "refresh_every_n_steps and refresh_every_n_epochs must be >= 0, got "
-                f"{refresh_every_n_steps} and {refresh_every_n_epochs}"
-            )
-        self.refresh_every_n_steps = int(refresh_every_n_steps)
-        self.refresh_every_n_epochs = int(refresh_every_n_epochs)
         if num_codewords > num_items:
             raise ValueError(
                 f"num_codewords={num_codewords} exceeds the number of items {num_items}: "
