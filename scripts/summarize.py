@@ -1,4 +1,4 @@
-"""Summarise runs: mean ± std over seeds of each (dataset, model, head, sampler, negatives) group, and plots.
+"""Summarise runs: mean ± std over seeds of each group of runs that differ only in their seed, and plots.
 
 Reads every ``results.json`` below the given folders (e.g. a Hydra multirun directory), prints a
 markdown table and writes it as ``summary.md`` and ``summary.csv`` together with three PNG plots
@@ -18,18 +18,28 @@ from pathlib import Path
 import pandas as pd
 
 from recsys_midx.analysis.summary_plots import plot_all
+from recsys_midx.analysis.sweeps import varying_settings
 
 METRICS = ["test/ndcg@10", "test/hr@10", "test/mrr@10", "val/ndcg@10"]
-GROUP = ["dataset", "model", "head", "sampler", "negatives"]
+#: Readable names of a run's setup; ``settings`` adds whatever else tells two groups apart.
+NAMED = ["dataset", "model", "head", "sampler", "negatives"]
+GROUP = [*NAMED, "settings"]
 
 
 def load_runs(folders: list[Path]) -> pd.DataFrame:
-    """One row per ``results.json``: its group keys, seed, metrics and timings."""
-    rows = []
+    """One row per ``results.json``: its group keys, seed, metrics and timings.
+
+    The group keys are the readable names of :data:`NAMED` and ``settings``: the config values
+    that differ between runs of the same names other than the seed (``model.dim=16``), so runs
+    are only ever averaged over seeds.
+    """
+    rows, configs, output_dirs = [], [], []
     for folder in folders:
         for path in sorted(folder.rglob("results.json")):
             result = json.loads(path.read_text())
             config = result["config"]
+            configs.append(config)
+            output_dirs.append(result.get("output_dir", str(path.parent)))
             sampler = config["sampler"]
             rows.append({
                 "dataset": config["dataset"]["name"],
@@ -49,7 +59,30 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
             })
     if not rows:
         raise SystemExit(f"no results.json below {', '.join(map(str, folders))}")
-    return pd.DataFrame(rows)
+    runs = pd.DataFrame(rows)
+    runs["settings"] = _distinguishing_settings(runs, varying_settings(configs, output_dirs))
+    return runs
+
+
+def _distinguishing_settings(runs: pd.DataFrame, varying: list[dict]) -> list[str]:
+    """Per run, ``key=value`` of each varying setting that the readable names leave open: one
+    that takes several values among runs of the same names (a sweep over ``model.dim``). A run
+    without the key (an older config) joins the runs that have it."""
+    settings = pd.DataFrame(varying, index=runs.index)
+    named = runs[NAMED].map(repr).agg("|".join, axis=1)
+    open_keys = [
+        key for key in settings.columns
+        if (settings[key].map(repr, na_action="ignore").groupby(named).nunique() > 1).any()
+    ]
+    return [
+        ", ".join(f"{key}={value}" for key, value in row.items() if _present(value))
+        for _, row in settings[open_keys].iterrows()
+    ]
+
+
+def _present(value: object) -> bool:
+    """Whether a setting is there (a list setting is a tuple, never missing)."""
+    return not (value is None or (isinstance(value, float) and pd.isna(value)))
 
 
 def _head_name(config: dict) -> str:
@@ -88,31 +121,35 @@ def _sampler_name(sampler: dict, loss: dict, callbacks: dict | None = None) -> s
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and standard deviation over seeds of each group."""
+    """Mean and standard deviation over the runs of each group, and its number of distinct
+    seeds (``std`` is empty for a group of one run)."""
     numeric = [*METRICS, "epochs", "s/epoch", "train s"]
     grouped = runs.fillna({"negatives": -1}).groupby(GROUP)
     table = grouped[numeric].agg(["mean", "std"])
     table.columns = [f"{name} {stat}" for name, stat in table.columns]
-    table.insert(0, "seeds", grouped.size())
+    table.insert(0, "seeds", grouped["seed"].nunique())
     return table.reset_index().replace({"negatives": {-1: None}})
 
 
 def to_markdown(table: pd.DataFrame) -> str:
-    header = [*GROUP, "seeds", *METRICS, "epochs", "s/epoch"]
+    """The table in markdown; the ``settings`` column only when some group has settings, and
+    no ``±`` for a group of one run."""
+    keys = GROUP if (table["settings"] != "").any() else NAMED
+    header = [*keys, "seeds", *METRICS, "epochs", "s/epoch"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, row in table.iterrows():
-        cells = [_cell(row[key]) for key in GROUP]
+        cells = [_cell(row[key]) for key in keys]
         cells.append(str(row["seeds"]))
         for name in [*METRICS, "epochs", "s/epoch"]:
             mean, std = row[f"{name} mean"], row[f"{name} std"]
-            cells.append(f"{mean:.4f} ± {0 if pd.isna(std) else std:.4f}"
-                         if name in METRICS else f"{mean:.1f}")
+            spread = "" if pd.isna(std) else f" ± {std:.4f}"
+            cells.append(f"{mean:.4f}{spread}" if name in METRICS else f"{mean:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def _cell(value: object) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if value is None or value == "" or (isinstance(value, float) and pd.isna(value)):
         return "-"
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 

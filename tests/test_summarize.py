@@ -140,3 +140,67 @@ def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> N
     assert _sampler_name(uniform, edrep) == "uniform"
     full = {"_target_": "recsys_midx.samplers.FullSampler"}
     assert _sampler_name(full, exact_positives) == "full"
+
+
+def _summarize_module():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import summarize
+
+    return summarize
+
+
+def _write_sweep_run(folder: Path, seed: int, dim: int, ndcg: float) -> None:
+    """A run as a sweep over ``model.dim`` and ``seed`` leaves it: the seed reaches the sampler
+    (``sampler.seed: ${seed}``) and the output folder reaches the checkpoint callback."""
+    folder.mkdir(parents=True)
+    config = {
+        "dataset": {"name": "tiny"}, "seed": seed,
+        "model": {"_target_": "recsys_midx.models.SASRec", "dim": dim},
+        "sampler": {**SAMPLER_TARGETS["uniform"], "seed": seed},
+        "paths": {"output_dir": str(folder)},
+        "callbacks": {"model_checkpoint": {"dirpath": f"{folder}/checkpoints"}},
+    }
+    results = {
+        "config": config, "output_dir": str(folder),
+        "metrics": {"test/ndcg@10": ndcg, "test/hr@10": ndcg, "test/mrr@10": ndcg,
+                    "val/ndcg@10": ndcg},
+        "epochs_run": 1, "best_epoch": 0, "seconds_per_epoch": 1.0, "train_wall_seconds": 1.0,
+    }
+    (folder / "results.json").write_text(json.dumps(results))
+
+
+def test_runs_that_differ_in_more_than_the_seed_are_not_averaged(tmp_path: Path) -> None:
+    summarize = _summarize_module()
+    _write_sweep_run(tmp_path / "0", seed=0, dim=16, ndcg=0.2353)
+    _write_sweep_run(tmp_path / "1", seed=0, dim=64, ndcg=0.5287)
+    table = summarize.summarize(summarize.load_runs([tmp_path]))
+    assert sorted(table["settings"]) == ["model.dim=16", "model.dim=64"]
+    assert table.set_index("settings")["test/ndcg@10 mean"].to_dict() == {
+        "model.dim=16": 0.2353, "model.dim=64": 0.5287}
+    assert list(table["seeds"]) == [1, 1]
+    markdown = summarize.to_markdown(table)
+    # One run per row: its value, without a made-up spread.
+    assert "| model.dim=16 | 1 | 0.2353 |" in markdown and "±" not in markdown
+
+
+def test_a_seed_sweep_is_one_row_counting_its_seeds(tmp_path: Path) -> None:
+    summarize = _summarize_module()
+    for seed, ndcg in enumerate((0.18, 0.20, 0.22)):
+        _write_sweep_run(tmp_path / str(seed), seed=seed, dim=64, ndcg=ndcg)
+    table = summarize.summarize(summarize.load_runs([tmp_path]))
+    assert len(table) == 1 and table.loc[0, "seeds"] == 3 and table.loc[0, "settings"] == ""
+    assert table.loc[0, "test/ndcg@10 std"] == pytest.approx(0.02)
+    assert "| tiny | SASRec | dot | uniform | 32 | 3 | 0.2000 ± 0.0200 |" in (
+        summarize.to_markdown(table))
+
+
+def test_a_setting_already_named_by_the_row_adds_no_label(tmp_path: Path) -> None:
+    summarize = _summarize_module()
+    runs = summarize.load_runs([_write_two_samplers(tmp_path)])
+    assert set(runs["settings"]) == {""}
+
+
+def _write_two_samplers(tmp_path: Path) -> Path:
+    for job, (sampler, seed) in enumerate([("full", 0), ("uniform", 0)]):
+        _write_run(tmp_path / "multirun" / str(job), sampler, seed)
+    return tmp_path / "multirun"

@@ -57,14 +57,17 @@ def plot_all(runs: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
 
 
 def _label(row: pd.Series) -> str:
-    """The sampler, with its negatives when it samples (``uniform (M=32)``), and the head
-    when it is not the plain dot product (``midx (M=32), plif``)."""
+    """The sampler, with its negatives when it samples (``uniform (M=32)``), the head when it
+    is not the plain dot product (``midx (M=32), plif``), and the settings that set the run's
+    group apart (``uniform (M=32), model.dim=16``)."""
     negatives = row.get("negatives")
     label = row["sampler"]
     if negatives is not None and not pd.isna(negatives):
         label = f"{label} (M={int(negatives)})"
     head = row.get("head", "dot")
-    return label if head == "dot" else f"{label}, {head}"
+    label = label if head == "dot" else f"{label}, {head}"
+    settings = row.get("settings") or ""
+    return f"{label}, {settings}" if settings else label
 
 
 def _epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
@@ -113,11 +116,12 @@ def _panels(
 
 
 def _test_bars(ax: Axes, runs: pd.DataFrame) -> None:
-    stats = runs.groupby("label")[f"test/{_METRIC}"].agg(["mean", "std", "size"])
+    stats = runs.groupby("label")[f"test/{_METRIC}"].agg(["mean", "std"])
+    stats["seeds"] = runs.groupby("label")["seed"].nunique()
     ax.bar(stats.index, stats["mean"], yerr=stats["std"].fillna(0.0), capsize=4,
            color=[_colour(label) for label in stats.index])
     for x, (_, row) in enumerate(stats.iterrows()):
-        ax.annotate(f"{row['mean']:.4f}\n({int(row['size'])} seeds)", (x, row["mean"]),
+        ax.annotate(f"{row['mean']:.4f}\n({int(row['seeds'])} seeds)", (x, row["mean"]),
                     textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
     # Headroom above the tallest error bar for the value labels.
     ax.set_ylim(0, float((stats["mean"] + stats["std"].fillna(0.0)).max()) * 1.25)
