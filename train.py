@@ -1,4 +1,4 @@
-"""Train and test a model: ``python train.py sampler=uniform dataset=ml-1m`` (see README)."""
+"""Train and test a model: ``python train.py sampler=uniform dataset=ml-1m`` (see docs/guides/configuration.md)."""
 
 from typing import Any
 

@@ -81,7 +81,7 @@ def _warn_exact_top_without_exact_positives(cfg: DictConfig) -> bool:
     """Warn (and return True) when a MIDX proposal mixes in exact top cells but the loss
     logQ-corrects the positive: the closer ``q`` is to the softmax, the more that correction
     underweighs a confident positive, so the top cells then leave the gradient error as it was
-    (README "Samplers")."""
+    (docs/guides/samplers.md)."""
     top_codewords = cfg.sampler.get("exact_top_codewords") or 0
     if top_codewords <= 0 or cfg.loss.get("exact_positives", True):
         return False

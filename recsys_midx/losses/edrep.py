@@ -13,7 +13,7 @@ is exact for a cluster of identical vectors (a singleton has ``Omega = 0``), hen
 cluster per item, and close whenever the scores inside a cluster are nearly Gaussian.
 
 Clusters come from the faiss k-means of the MIDX codebooks (a one-level
-:class:`~recsys_midx.samplers.codebooks.ResidualCodebooks`, warm-started at each rebuild), fitted
+:class:`~recsys_midx.index.ResidualCodebooks`, warm-started at each rebuild), fitted
 to the live item table whenever :meth:`EDRepLoss.update` runs: the Lightning modules call it at
 the start of fitting and on the refresh schedule of
 :class:`~recsys_midx.lit.callbacks.SamplerRefresh`, with the sampler's rebuild. Counts, means,
