@@ -23,6 +23,7 @@ from rich.table import Table
 
 from recsys_midx.lit.callbacks import EpochLog, SamplerRefresh
 from recsys_midx.lit.checkpointing import resume_checkpoint
+from recsys_midx.loggers import check_logger_packages
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ def build(cfg: DictConfig) -> Experiment:
     Raises:
         ValueError: if a head other than ``dot`` is chosen with a loss that takes no head.
     """
+    check_logger_packages(cfg)
     _check_head_is_used(cfg)
     _warn_exact_top_without_exact_positives(cfg)
     output_dir = Path(cfg.paths.output_dir)
