@@ -23,6 +23,7 @@ from rich.table import Table
 from recsys_midx.lit.base import CatalogModule
 from recsys_midx.lit.callbacks import EpochLog, SamplerRefresh
 from recsys_midx.lit.checkpointing import resume_checkpoint
+from recsys_midx.loggers import check_logger_packages
 from recsys_midx.protocols import CatalogDataModule
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,9 @@ def build(cfg: DictConfig) -> Experiment:
 
     Raises:
         TypeError: if the loss does not accept the head (e.g. ``head=mos`` with ``loss=edrep``).
+        ModuleNotFoundError: if a chosen logger's library is not installed.
     """
+    check_logger_packages(cfg)
     _warn_exact_top_without_exact_positives(cfg)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
