@@ -171,8 +171,18 @@ class LoadedRun:
         return self._sequences[0]
 
 
-def _checkpoint(run_dir: Path) -> Path:
-    """The best checkpoint of a run (the one ``train.py`` tested), else its last one."""
+def run_checkpoint(run_dir: Path) -> Path:
+    """The best checkpoint of a run folder (the one ``train.py`` tested), else its last one.
+
+    Args:
+        run_dir: the run folder.
+
+    Returns:
+        ``checkpoints/best-*.ckpt`` (the latest by name), else ``checkpoints/last.ckpt``.
+
+    Raises:
+        FileNotFoundError: the folder has neither.
+    """
     best = sorted((run_dir / "checkpoints").glob("best-*.ckpt"))
     if best:
         return best[-1]
@@ -247,7 +257,7 @@ def load_run(
     """
     run_dir = Path(run_dir)
     cfg = run_config(run_dir)
-    checkpoint = Path(checkpoint) if checkpoint is not None else _checkpoint(run_dir)
+    checkpoint = Path(checkpoint) if checkpoint is not None else run_checkpoint(run_dir)
     if data_dir is not None:
         OmegaConf.update(cfg, "paths.data_dir", str(data_dir))
     cfg.logger = None
@@ -271,4 +281,4 @@ def as_loaded_run(run: RunLike) -> LoadedRun:
 
 
 __all__ = ["IdMap", "LoadedRun", "RunLike", "UnknownIdsError", "as_loaded_run", "load_run",
-           "load_weights", "run_config"]
+           "load_weights", "run_checkpoint", "run_config"]
