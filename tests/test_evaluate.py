@@ -74,7 +74,8 @@ def test_a_checkpoint_with_the_training_overrides_gives_the_test_metrics(
 @pytest.mark.slow
 def test_eval_script_writes_results(run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "eval-run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     completed = subprocess.run(
         [sys.executable, str(ROOT / "eval.py"), f"run_dir={run_dir}", f"hydra.run.dir={out}"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,

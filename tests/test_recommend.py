@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from recsys_midx import load_run, recommend
+from recsys_midx.heads import MoSHead, log_probs
 from recsys_midx.inference.recommend import COLUMNS, main
 from recsys_midx.trained import IdMap, LoadedRun, UnknownIdsError
 from trained_runs import train_custom_run
@@ -32,7 +33,8 @@ def run(run_dir: Path) -> LoadedRun:
 
 def csv_histories(run_dir: Path) -> dict[str, list[str]]:
     """Every user's raw item ids, oldest first, read straight from the CSV the run trained on."""
-    frame = pd.read_csv(run_dir.parent / "interactions.csv").sort_values(["uid", "ts"], kind="stable")
+    frame = pd.read_csv(run_dir.parent / "interactions.csv")
+    frame = frame.sort_values(["uid", "ts"], kind="stable")
     return {user: list(group["sku"]) for user, group in frame.groupby("uid", sort=False)}
 
 
@@ -114,6 +116,29 @@ def test_every_user_in_batches_and_fewer_items_than_k_when_history_covers_the_ca
     nearly_all = recommend(run, histories={"x": catalog[:-2]}, k=5)
     assert nearly_all["item"].tolist() in (catalog[-2:], catalog[:-3:-1])
     assert nearly_all["rank"].tolist() == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_mixture_head_ranks_by_its_log_probabilities(run_dir: Path) -> None:
+    mixture = load_run(run_dir)
+    torch.manual_seed(0)
+    mixture.module.head = MoSHead(dim=16, num_components=3)
+    user = USERS[2]
+    recs = recommend(mixture, users=[user], k=6, chunk_size=11)
+    history = mixture.histories(mixture.users.internal([user]))[0]
+    max_len = mixture.datamodule.max_len
+    inputs = torch.zeros(1, max_len, dtype=torch.long)
+    inputs[0, max_len - min(max_len, len(history)):] = torch.from_numpy(history[-max_len:])
+    with torch.no_grad():
+        query = mixture.module.encoder(inputs)[:, -1]
+        item_table = mixture.module.encoder.item_table
+        scores = log_probs(mixture.module.head, query, item_table,
+                           torch.arange(1, len(item_table)))[0]
+    scores[torch.from_numpy(history - 1)] = float("-inf")
+    top = scores.topk(6)
+    assert recs["item"].tolist() == list(mixture.items.raw[top.indices.numpy() + 1])
+    np.testing.assert_allclose(recs["score"].to_numpy(), top.values.numpy(), rtol=1e-5,
+                               atol=1e-5)
 
 
 @pytest.mark.slow
