@@ -192,3 +192,12 @@ def test_loading_a_run_writes_nothing_and_leaves_no_temporary_folder(
     assert loaded.config.paths.output_dir == str(run_dir)
     assert os.listdir(scratch) == []
     assert files() == before
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_scoring_on_a_gpu_gives_the_cpu_recommendations(run_dir: Path) -> None:
+    on_cpu = recommend(load_run(run_dir), users=USERS, k=10, device="cpu")
+    on_gpu = recommend(load_run(run_dir), users=USERS, k=10, device="cuda", chunk_size=13)
+    assert on_gpu["item"].tolist() == on_cpu["item"].tolist()
+    np.testing.assert_allclose(on_gpu["score"], on_cpu["score"], rtol=1e-4, atol=1e-5)

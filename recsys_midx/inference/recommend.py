@@ -59,7 +59,7 @@ def recommend(
 
     Args:
         run: a run folder of ``train.py`` or a run from :func:`~recsys_midx.trained.load_run`
-            (its module is moved to ``device``).
+            (its module is moved to ``device`` when one is given).
         users: raw user ids of the run's dataset (``str()`` of each must be a raw id as in the
             processed ``user_map.parquet``), or ``"all"`` for every user of the split. A user's
             history is its full sequence: training items, validation and test targets.
@@ -71,7 +71,8 @@ def recommend(
         exclude_seen: leave the items of each user's history out of its recommendations.
         batch_size: users encoded and scored at once.
         chunk_size: items scored at once (memory is ``O(batch_size * chunk_size)``).
-        device: where to score (``"cpu"``, ``"cuda"``, ...); default the CPU.
+        device: where to score (``"cpu"``, ``"cuda"``, ...); default where the run's module is
+            (the CPU after :func:`~recsys_midx.trained.load_run`).
 
     Returns:
         A frame with columns ``user`` (the raw user id as the id map holds it, or the history's
@@ -103,7 +104,8 @@ def recommend(
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     labels, sequences = _requests(run, users, histories)
-    run.module.to(torch.device(device) if device is not None else torch.device("cpu"))
+    if device is not None:
+        run.module.to(torch.device(device))
     frames = []
     for first in range(0, len(sequences), batch_size):
         batch = sequences[first:first + batch_size]
