@@ -98,7 +98,7 @@ class LoadedRun:
     user's full history (training, validation and test items), read from the split's arrays.
 
     Attributes:
-        config: the run's config (``paths.output_dir`` is the run folder).
+        config: the run's config (``paths.output_dir`` is the run folder, as an absolute path).
         module: the trained module, in eval mode on the CPU.
         datamodule: the run's data module, set up.
         checkpoint: the checkpoint whose weights the module holds.
@@ -255,9 +255,9 @@ def load_run(
         >>> run = load_run("outputs/2026-01-01/12-00-00")
         >>> run.histories(run.users.internal(["u1"]))  # doctest: +SKIP
     """
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()
     cfg = run_config(run_dir)
-    checkpoint = Path(checkpoint) if checkpoint is not None else run_checkpoint(run_dir)
+    checkpoint = Path(checkpoint).resolve() if checkpoint is not None else run_checkpoint(run_dir)
     if data_dir is not None:
         OmegaConf.update(cfg, "paths.data_dir", str(data_dir))
     cfg.logger = None

@@ -38,6 +38,8 @@ def test_faiss_top_k_equals_exact_top_k_of_the_item_table(run: LoadedRun, tmp_pa
     assert (meta["metric"], meta["index_type"], meta["head"]) == ("inner_product", "IndexFlatIP",
                                                                   "dot")
     assert meta["temperature"] == run.module.head.temperature
+    assert meta["run_dir"] == str(run.config.paths.output_dir)
+    assert Path(meta["run_dir"]).is_absolute()
 
     items = pd.read_parquet(tmp_path / meta["items"])
     assert items["item"].tolist() == list(run.items.raw[1:])

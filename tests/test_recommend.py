@@ -189,7 +189,7 @@ def test_loading_a_run_writes_nothing_and_leaves_no_temporary_folder(
 
     before = files()
     loaded = load_run(run_dir)
-    assert loaded.config.paths.output_dir == str(run_dir)
+    assert loaded.config.paths.output_dir == str(run_dir.resolve())
     assert os.listdir(scratch) == []
     assert files() == before
 

@@ -12,7 +12,8 @@
     (:func:`~recsys_midx.inference.recommend.history_queries`) gives the model's own top-k.
 ``export.json``
     ``dimension``, ``metric`` (``"inner_product"``), ``num_items``, ``index`` and
-    ``index_type``, ``items`` and its ``id_column`` / ``embedding_column``, ``head``,
+    ``index_type``, ``items`` (the id mapping file), ``row_order`` (index row ``r`` is
+    ``items.parquet`` row ``r``), ``id_column`` / ``embedding_column``, ``head``,
     ``temperature`` and ``transforms_logits`` (the softmax is ``softmax(transform(q . v /
     temperature))``; the inner product alone gives the ranking), ``run_dir`` and ``checkpoint``.
 
@@ -99,6 +100,7 @@ def export_items(run: RunLike, out_dir: str | Path, index_factory: str | None = 
         "index": INDEX_FILE,
         "index_type": type(index).__name__ if index_factory is None else index_factory,
         "items": ITEMS_FILE,
+        "row_order": f"row r of {INDEX_FILE} is row r of {ITEMS_FILE} (internal id r + 1)",
         "id_column": "item",
         "embedding_column": "embedding",
         "head": head.name,
