@@ -113,8 +113,7 @@ def recommend(
         scores, ids = _top_items(queries, log_weights, run, batch, k, exclude_seen, chunk_size)
         rows, ranks = np.nonzero(ids > 0)
         frames.append(pd.DataFrame({
-            "user": pd.Series(np.asarray(labels[first:first + batch_size], dtype=object)[rows],
-                              dtype=object),
+            "user": pd.Series([labels[first + row] for row in rows], dtype=object),
             "rank": (ranks + 1).astype(np.int64),
             "item": run.items.raw[ids[rows, ranks]],
             "score": scores[rows, ranks].astype(np.float32),
