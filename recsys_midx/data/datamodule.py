@@ -141,6 +141,24 @@ class SeqRecDataModule(L.LightningDataModule):
         """``[N + 1]`` training-part frequency of each item (for popularity proposals)."""
         return torch.from_numpy(self._split.train_item_counts())
 
+    def user_sequences(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every kept user's whole chronological sequence: training, validation and test items.
+
+        Read from the split's arrays (``dataset.interactions`` is emptied by :meth:`setup`). For
+        leave-one-out a user's sequence is all its interactions; for the global time split, its
+        interactions up to its test target (later ones are not kept).
+
+        Returns:
+            ``(user_ids, offsets, items)``: row ``r`` is dataset user ``user_ids[r]`` (ascending),
+            whose items are ``items[offsets[r]:offsets[r + 1]]``, oldest first.
+
+        Example:
+            >>> user_ids, offsets, items = dm.user_sequences()  # doctest: +SKIP
+            >>> items[offsets[0]:offsets[1]]  # user user_ids[0]'s items  # doctest: +SKIP
+        """
+        split = self._split
+        return split.user_ids, split.offsets, split.items
+
     @property
     def _split(self) -> SequenceSplit:
         if self.split is None:

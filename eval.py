@@ -1,0 +1,7 @@
+"""Evaluate a trained checkpoint: ``python eval.py run_dir=outputs/2026-01-01/12-00-00``
+(``conf/eval.yaml``; see :mod:`recsys_midx.evaluate`)."""
+
+from recsys_midx.evaluate import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""A tiny trained run on a custom CSV with text user and item ids, shared by the inference tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from conftest import CONF_DIR, sampler_overrides
+from recsys_midx.experiment import train
+
+#: The keys of ``TINY_RUN`` that apply to a custom dataset (it has no num_users / num_items).
+TINY_CUSTOM_RUN = (
+    "model.dim=16",
+    "model.max_len=12",
+    "trainer.max_epochs=2",
+    "trainer.accelerator=cpu",
+    "task.datamodule.batch_size=32",
+    "callbacks.progress_bar.refresh_rate=0",
+    "logger=none",
+)
+
+
+def write_interactions(path: Path, num_users: int = 60, num_items: int = 40, seed: int = 0) -> Path:
+    """A CSV of ``user,item,ts`` rows with text ids (``user-007``, ``sku-0012``), each user 8 to 14
+    items that mostly walk forward through the catalog, so a model has something to learn."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for user in range(num_users):
+        item = int(rng.integers(num_items))
+        for step in range(int(rng.integers(8, 15))):
+            item = (item + int(rng.integers(1, 4))) % num_items
+            rows.append((f"user-{user:03d}", f"sku-{item:04d}", 1_600_000_000 + 60 * step))
+    frame = pd.DataFrame(rows, columns=["uid", "sku", "ts"])
+    frame.to_csv(path, index=False)
+    return path
+
+
+def custom_config(root: Path, csv_path: Path, overrides: Sequence[str] = ()) -> DictConfig:
+    """The config of a tiny run on ``csv_path``, writing under ``root / "run"``."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=[
+            f"paths.output_dir={root / 'run'}", f"paths.data_dir={root / 'data'}",
+            "dataset=custom", f"dataset.path={csv_path}", "dataset.columns.user=uid",
+            "dataset.columns.item=sku", "dataset.columns.time=ts",
+            *TINY_CUSTOM_RUN, *sampler_overrides("uniform"), *overrides,
+        ])
+
+
+def train_custom_run(root: Path, overrides: Sequence[str] = ()) -> Path:
+    """Train a tiny run on a fresh custom CSV under ``root``; returns its run folder, laid out as
+    ``train.py`` leaves it (``.hydra/config.yaml``, ``checkpoints/``, ``results.json``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    cfg = custom_config(root, write_interactions(root / "interactions.csv"), overrides)
+    train(cfg)
+    run_dir = root / "run"
+    (run_dir / ".hydra").mkdir()
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+    return run_dir
