@@ -45,7 +45,7 @@ def build(cfg: DictConfig) -> Experiment:
     """Seed, prepare the data and instantiate encoder, sampler, head, loss, module and trainer.
 
     Args:
-        cfg: a config composed from ``conf/`` (see ``conf/config.yaml``).
+        cfg: a config composed from ``recsys_midx/conf`` (see ``recsys_midx/conf/config.yaml``).
 
     Returns:
         The run's objects; ``experiment.trainer.fit(experiment.module, experiment.datamodule)``
@@ -104,14 +104,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     checkpoint: model, optimiser, sampler, random states, counters and callback states.
 
     Args:
-        cfg: a config composed from ``conf/`` (see ``conf/config.yaml``).
+        cfg: a config composed from ``recsys_midx/conf`` (see ``recsys_midx/conf/config.yaml``).
 
     Returns:
         The results: config, dataset stats, ``val/*`` and ``test/*`` metrics, best epoch, epochs
         run, timings, peak memory and the sampler's refresh summary.
 
     Example:
-        >>> with hydra.initialize(config_path="conf", version_base="1.3"):
+        >>> with hydra.initialize_config_module("recsys_midx.conf", version_base="1.3"):
         ...     results = train(hydra.compose("config", overrides=["sampler=uniform"]))
     """
     experiment = build(cfg)

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF_DIR = ROOT / "conf"
+CONF_DIR = ROOT / "recsys_midx" / "conf"
 
 #: Overrides that make a whole train + test run take a few seconds.
 TINY_RUN = (
@@ -41,7 +41,7 @@ def sampler_overrides(sampler: str) -> list[str]:
 
 @pytest.fixture
 def compose_config(tmp_path: Path) -> Callable[..., DictConfig]:
-    """Compose ``conf/config.yaml`` with overrides; outputs and data go under ``tmp_path``."""
+    """Compose ``recsys_midx/conf/config.yaml`` with overrides; outputs and data go under ``tmp_path``."""
 
     def _compose(overrides: Sequence[str] = ()) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
