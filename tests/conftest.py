@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,25 @@ def pytest_report_header(config: pytest.Config) -> str:
     """Say in every run's header whether the slow tests (``@pytest.mark.slow``) are selected."""
     selection = config.getoption("markexpr") or "all tests, slow ones included"
     return f"marker selection: {selection} (quick loop: -m 'not slow'; only the slow: -m slow)"
+
+
+def run_train(
+    *overrides: str, env: Mapping[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """``python train.py OVERRIDES`` from the repository root, its output captured as text.
+
+    Args:
+        overrides: the command-line arguments after ``train.py``.
+        env: variables added to (or replacing those of) this process's environment.
+        timeout: seconds before the run is killed and the test fails.
+
+    Returns:
+        The finished process (``returncode``, ``stdout``, ``stderr``).
+    """
+    return subprocess.run(
+        [sys.executable, "train.py", *overrides], cwd=ROOT, capture_output=True, text=True,
+        timeout=timeout, env={**os.environ, **(env or {})},
+    )
 
 
 def sampler_overrides(sampler: str) -> list[str]:
