@@ -1,4 +1,5 @@
-"""Whole runs of the training command: a quiet console, and a hint to continue after Ctrl-C."""
+"""The training command's console: library warnings it hides (each narrowly), whole runs that
+print none of them, and a hint to continue after Ctrl-C."""
 
 from __future__ import annotations
 
@@ -9,12 +10,48 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
+from lightning.fabric.utilities.warnings import PossibleUserWarning
 
 from conftest import ROOT, TINY_RUN, run_train, sampler_overrides
-from recsys_midx.cli import HARMLESS_WARNINGS
+from recsys_midx.cli import HARMLESS_WARNINGS, filter_harmless_warnings
+
+#: Each harmless warning as Lightning issues it: message, category and issuing module.
+LIGHTNING_WARNINGS = [
+    ("`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec) and "
+     "treespec.is_leaf()` instead.", FutureWarning, "lightning.pytorch.utilities._pytree"),
+    ('`.test(ckpt_path="best")` is called with Trainer configured with multiple '
+     "`ModelCheckpoint` callbacks. It will use the best checkpoint path from first checkpoint "
+     "callback.", UserWarning, "lightning.pytorch.trainer.connectors.checkpoint_connector"),
+    ("The 'train_dataloader' does not have many workers which may be a bottleneck.",
+     PossibleUserWarning, "lightning.pytorch.trainer.connectors.data_connector"),
+    ("Checkpoint directory /runs/a/checkpoints exists and is not empty.", UserWarning,
+     "lightning.pytorch.callbacks.model_checkpoint"),
+    ("The number of training batches (4) is smaller than the logging interval "
+     "Trainer(log_every_n_steps=10).", PossibleUserWarning, "lightning.pytorch.loops.fit_loop"),
+]
+
+
+def _shown(message: str, category: type[Warning], module: str) -> bool:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.resetwarnings()
+        filter_harmless_warnings()
+        warnings.simplefilter("always", append=True)
+        warnings.warn_explicit(message, category, "somewhere.py", 1, module=module)
+    return bool(caught)
+
+
+@pytest.mark.parametrize(("message", "category", "module"), LIGHTNING_WARNINGS)
+def test_each_harmless_warning_is_hidden_only_where_lightning_issues_it(message, category,
+                                                                       module):
+    assert len(LIGHTNING_WARNINGS) == len(HARMLESS_WARNINGS)
+    assert not _shown(message, category, module)
+    assert _shown(message, category, "recsys_midx.experiment")
+    assert _shown(message, DeprecationWarning, module)
+    assert _shown("Something else went wrong.", category, module)
 
 
 @pytest.mark.slow
