@@ -11,6 +11,7 @@ that know it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
@@ -19,6 +20,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from recsys_midx.errors import ConfigError
+from recsys_midx.lit.checkpointing import RESUME_AUTO
 from recsys_midx.lit.xc import XCModule
 from recsys_midx.metrics.ranking import metric_names
 from recsys_midx.metrics.xc import xc_metric_names
@@ -97,6 +99,31 @@ def check_required(cfg: DictConfig) -> None:
         )
 
 
+def check_optimized_metric(cfg: DictConfig) -> None:
+    """``optimized_metric`` (what the command returns to a sweeper) is null or a ``val/`` or
+    ``test/`` metric the task logs."""
+    name = cfg.get("optimized_metric")
+    if not name:
+        return
+    _, logged = logged_validation_metrics(cfg)
+    known = [*logged, *(f"test/{metric.removeprefix('val/')}" for metric in logged)]
+    if name not in known:
+        raise ConfigError(
+            f"optimized_metric={name} is not a metric the task logs: choose one of "
+            f"{', '.join(known)}, or null"
+        )
+
+
+def check_resume(cfg: DictConfig) -> None:
+    """``resume`` is null, ``auto`` or the path of an existing checkpoint file."""
+    resume = cfg.get("resume")
+    if resume and resume != RESUME_AUTO and not Path(str(resume)).is_file():
+        raise ConfigError(
+            f"resume={resume}: no such checkpoint file; give a .ckpt path, or resume=auto to "
+            "continue from last.ckpt of hydra.run.dir"
+        )
+
+
 def check_epochs(cfg: DictConfig) -> None:
     """The trainer runs at least one step, and stops: ``max_epochs >= 1``, or no epoch limit
     (``-1``/``null``) together with ``max_steps`` or ``max_time``."""
@@ -170,7 +197,9 @@ CHECKS: tuple[Callable[[DictConfig], None], ...] = (
     check_required,
     check_epochs,
     check_monitor,
+    check_optimized_metric,
     check_sampler,
+    check_resume,
     check_not_multirun_ddp,
 )
 

@@ -35,10 +35,13 @@ from recsys_midx.errors import ConfigError
         (["sampler.num_codewords=1"], r"sampler\.num_codewords=1: it must be >= 2"),
         (["sampler.quantizer=opq"], r"sampler\.quantizer=opq: choose one of pq, rq"),
         (["dataset=custom"], r"dataset\.path must be set"),
+        (["optimized_metric=val/p@1"],
+         r"optimized_metric=val/p@1 is not a metric the task logs: choose one of val/hr@10, "),
+        (["resume=nowhere/last.ckpt"], r"resume=nowhere/last\.ckpt: no such checkpoint file"),
     ],
     ids=["ks-without-monitor", "xc-ks-without-monitor", "unknown-monitor", "no-ks", "no-epochs",
          "never-stops", "no-steps", "pq-dim", "no-negatives", "one-codeword", "quantizer",
-         "required-path"],
+         "required-path", "optimized-metric", "resume-path"],
 )
 def test_preflight_names_the_setting_as_the_user_writes_it(compose_config, overrides, message):
     with pytest.raises(ConfigError, match=f"^{message}"):
@@ -50,7 +53,8 @@ def test_preflight_names_the_setting_as_the_user_writes_it(compose_config, overr
     [[], ["task=xc"], ["debug=default"], ["debug=fdr"], ["debug=overfit"], ["sampler=full"],
      ["sampler=inbatch"], ["sampler=midx_rq", "model.dim=30", "sampler.num_codebooks=4"],
      ["trainer.max_epochs=-1", "+trainer.max_steps=10"], ["eval.ks=[5, 10]"],
-     ["experiment=synthetic-100k"]],
+     ["experiment=synthetic-100k"], ["optimized_metric=test/ndcg@20"], ["optimized_metric=null"],
+     ["resume=auto"]],
 )
 def test_preflight_accepts_working_setups(compose_config, overrides):
     preflight.check(compose_config(overrides))
