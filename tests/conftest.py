@@ -63,7 +63,8 @@ def sampler_overrides(sampler: str) -> list[str]:
 
 @pytest.fixture
 def compose_config(tmp_path: Path) -> Callable[..., DictConfig]:
-    """Compose ``recsys_midx/conf/config.yaml`` with overrides; outputs and data go under ``tmp_path``."""
+    """Compose ``recsys_midx/conf/config.yaml`` with overrides; outputs and data go under
+    ``tmp_path``."""
 
     def _compose(overrides: Sequence[str] = ()) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
