@@ -1,5 +1,5 @@
 """Evaluate a trained checkpoint: ``python eval.py run_dir=outputs/2026-01-01/12-00-00``
-(``conf/eval.yaml``; see :mod:`recsys_midx.evaluate`)."""
+(``recsys_midx/conf/eval.yaml``; see :mod:`recsys_midx.evaluate`)."""
 
 from recsys_midx.evaluate import main
 

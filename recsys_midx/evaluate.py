@@ -1,6 +1,6 @@
 """Evaluate a trained checkpoint on validation and test, without training.
 
-``python eval.py run_dir=RUN_FOLDER`` (``conf/eval.yaml``) rebuilds a ``train.py`` run from its
+``python eval.py run_dir=RUN_FOLDER`` (``recsys_midx/conf/eval.yaml``) rebuilds a ``train.py`` run from its
 saved config, loads its best checkpoint, runs the full-ranking validation and test, and writes
 ``results.json`` into its own output folder with the keys a training run writes (training
 timings, best epoch and epochs run are null).
@@ -16,13 +16,15 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from recsys_midx.cli import filter_harmless_warnings, user_errors_reported
 from recsys_midx.experiment import (
     RESULTS_FILE,
-    _peak_memory_mb,
-    _sampler_summary,
-    _write_json,
     build,
+    peak_memory_mb,
+    sampler_summary,
+    write_json_atomically,
 )
+from recsys_midx.threads import apply_threads
 from recsys_midx.trained import load_weights, run_checkpoint, run_config
 
 log = logging.getLogger(__name__)
@@ -106,25 +108,30 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "epochs_run": None,
         "train_wall_seconds": None,
         "seconds_per_epoch": None,
-        "peak_memory_mb": _peak_memory_mb(),
-        "sampler": _sampler_summary([]),
+        "peak_memory_mb": peak_memory_mb(),
+        "sampler": sampler_summary([]),
         "best_checkpoint": str(checkpoint),
         "output_dir": str(experiment.output_dir),
         "evaluated_run": str(cfg.run_dir) if cfg.get("run_dir") else None,
     }
     if trainer.is_global_zero:
-        path = _write_json(experiment.output_dir / RESULTS_FILE, results)
+        path = write_json_atomically(experiment.output_dir / RESULTS_FILE, results)
         for name, value in sorted(results["metrics"].items()):
             print(f"{name:>14} {value:.4f}")
         print(f"results: {path}")
     return results
 
 
-#: The repository's ``conf/`` folder, found from this file so that the entry works from any folder.
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
-
-
-@hydra.main(config_path=CONF_DIR, config_name="eval", version_base="1.3")
+@hydra.main(config_path="conf", config_name="eval", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    """Evaluate a checkpoint (see :func:`evaluate`): ``python eval.py run_dir=RUN_FOLDER``."""
-    evaluate(cfg)
+    """The ``recsys-midx-eval`` command (and ``python eval.py`` in a clone): evaluate a
+    checkpoint (see :func:`evaluate`) with the training command's thread setting, quiet library
+    warnings and one-line user errors.
+
+    Example:
+        recsys-midx-eval run_dir=outputs/2026-01-01/12-00-00
+    """
+    filter_harmless_warnings()
+    with user_errors_reported(Path(cfg.paths.output_dir)):
+        apply_threads(cfg)
+        evaluate(cfg)

@@ -46,7 +46,7 @@ def build(cfg: DictConfig) -> Experiment:
     """Seed, prepare the data and instantiate encoder, sampler, head, loss, module and trainer.
 
     Args:
-        cfg: a config composed from ``conf/`` (see ``conf/config.yaml``).
+        cfg: a config composed from ``recsys_midx/conf`` (see ``recsys_midx/conf/config.yaml``).
 
     Returns:
         The run's objects; ``experiment.trainer.fit(experiment.module, experiment.datamodule)``
@@ -107,14 +107,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     checkpoint: model, optimiser, sampler, random states, counters and callback states.
 
     Args:
-        cfg: a config composed from ``conf/`` (see ``conf/config.yaml``).
+        cfg: a config composed from ``recsys_midx/conf`` (see ``recsys_midx/conf/config.yaml``).
 
     Returns:
         The results: config, dataset stats, ``val/*`` and ``test/*`` metrics, best epoch, epochs
         run, timings, peak memory and the sampler's refresh summary.
 
     Example:
-        >>> with hydra.initialize(config_path="conf", version_base="1.3"):
+        >>> with hydra.initialize_config_module("recsys_midx.conf", version_base="1.3"):
         ...     results = train(hydra.compose("config", overrides=["sampler=uniform"]))
     """
     experiment = build(cfg)
@@ -148,13 +148,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "epochs_run": len(epochs),
         "train_wall_seconds": train_wall_seconds,
         "seconds_per_epoch": _mean([row["train_seconds"] for row in epochs]),
-        "peak_memory_mb": _peak_memory_mb(),
-        "sampler": _sampler_summary(refreshes),
+        "peak_memory_mb": peak_memory_mb(),
+        "sampler": sampler_summary(refreshes),
         "best_checkpoint": best_checkpoint or None,
         "output_dir": str(output_dir),
     }
     if trainer.is_global_zero:
-        path = _write_json(output_dir / RESULTS_FILE, results)
+        path = write_json_atomically(output_dir / RESULTS_FILE, results)
         _print_summary(results, path)
     return results
 
@@ -163,7 +163,7 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _sampler_summary(refreshes: list[dict[str, float]]) -> dict[str, Any]:
+def sampler_summary(refreshes: list[dict[str, float]]) -> dict[str, Any]:
     """Refresh count and time, and the proposal's divergence at the first and last build."""
     seconds = [row["sampler/refresh_seconds"] for row in refreshes if "sampler/refresh_seconds" in row]
     diagnosed = [row for row in refreshes if "sampler/kl" in row]
@@ -176,7 +176,7 @@ def _sampler_summary(refreshes: list[dict[str, float]]) -> dict[str, Any]:
     }
 
 
-def _peak_memory_mb() -> dict[str, float]:
+def peak_memory_mb() -> dict[str, float]:
     # ru_maxrss is in KiB on Linux and in bytes on macOS.
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak = {"cpu_rss": rss / (1024**2 if sys.platform == "darwin" else 1024)}
@@ -185,7 +185,7 @@ def _peak_memory_mb() -> dict[str, float]:
     return peak
 
 
-def _write_json(path: Path, payload: dict[str, Any]) -> Path:
+def write_json_atomically(path: Path, payload: dict[str, Any]) -> Path:
     """Write atomically: a reader never sees a half-written results file."""
     with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
         json.dump(payload, handle, indent=2, default=str)

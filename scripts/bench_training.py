@@ -91,7 +91,8 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     sampler, loss_fn = _sampler_and_loss(sampler_name, num_items, args.negatives)
     head = DotHead()
     sampler = sampler.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)  # as conf/task/seqrec.yaml
+    # As recsys_midx/conf/task/seqrec.yaml.
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
     counts = torch.from_numpy(split.train_item_counts()).to(device)
     build_seconds = timed(lambda: sampler.update(model.item_table.detach(), counts), device)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF_DIR = ROOT / "conf"
+CONF_DIR = ROOT / "recsys_midx" / "conf"
 
 #: Overrides that make a whole train + test run take a few seconds.
 TINY_RUN = (
@@ -31,6 +34,25 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"marker selection: {selection} (quick loop: -m 'not slow'; only the slow: -m slow)"
 
 
+def run_train(
+    *overrides: str, env: Mapping[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """``python train.py OVERRIDES`` from the repository root, its output captured as text.
+
+    Args:
+        overrides: the command-line arguments after ``train.py``.
+        env: variables added to (or replacing those of) this process's environment.
+        timeout: seconds before the run is killed and the test fails.
+
+    Returns:
+        The finished process (``returncode``, ``stdout``, ``stderr``).
+    """
+    return subprocess.run(
+        [sys.executable, "train.py", *overrides], cwd=ROOT, capture_output=True, text=True,
+        timeout=timeout, env={**os.environ, **(env or {})},
+    )
+
+
 def sampler_overrides(sampler: str) -> list[str]:
     """Select ``sampler`` sized for the tiny catalog (< 80 items): 20 negatives, 8 codewords."""
     overrides = [f"sampler={sampler}", "sampler.num_negatives=20"]
@@ -41,7 +63,8 @@ def sampler_overrides(sampler: str) -> list[str]:
 
 @pytest.fixture
 def compose_config(tmp_path: Path) -> Callable[..., DictConfig]:
-    """Compose ``conf/config.yaml`` with overrides; outputs and data go under ``tmp_path``."""
+    """Compose ``recsys_midx/conf/config.yaml`` with overrides; outputs and data go under
+    ``tmp_path``."""
 
     def _compose(overrides: Sequence[str] = ()) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -1,4 +1,4 @@
-"""The debug modes of ``conf/debug``: each composes with every task and runs end to end."""
+"""The debug modes of ``recsys_midx/conf/debug``: each composes with every task and runs end to end."""
 
 from __future__ import annotations
 

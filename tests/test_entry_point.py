@@ -1,15 +1,13 @@
-"""``train.py``'s entry point returns and prints the config's ``optimized_metric``."""
+"""The training command's entry point returns and prints the config's ``optimized_metric``."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from conftest import ROOT
+from recsys_midx import cli
 
 #: Extreme classification data small enough for a run of a few seconds.
 TINY_XC_DATA = (
@@ -22,14 +20,6 @@ TINY_XC_DATA = (
 
 #: Sequential data small enough for a run of a few seconds.
 TINY_SEQREC_DATA = ("dataset.num_users=120", "dataset.num_items=80")
-
-
-def load_train_script() -> ModuleType:
-    """``train.py`` as a module (it is a script at the repository root, not a package module)."""
-    spec = importlib.util.spec_from_file_location("train_script", ROOT / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
@@ -46,7 +36,7 @@ def test_main_returns_and_prints_the_monitored_metric_of_the_best_epoch(
     )
     assert cfg.optimized_metric == cfg.task.monitor == monitor
 
-    value = load_train_script().main(cfg)
+    value = cli.main(cfg)
 
     with (tmp_path / "run" / "epochs.csv").open() as handle:
         best = max(float(row[monitor]) for row in csv.DictReader(handle))
@@ -55,10 +45,9 @@ def test_main_returns_and_prints_the_monitored_metric_of_the_best_epoch(
 
 
 def test_optimized_metric_names_the_missing_metric_and_may_be_off(compose_config) -> None:
-    script = load_train_script()
     results = {"metrics": {"val/ndcg@10": 0.5, "test/ndcg@10": 0.4}}
-    assert script.optimized_metric(compose_config(["optimized_metric=test/ndcg@10"]), results) \
+    assert cli.optimized_metric(compose_config(["optimized_metric=test/ndcg@10"]), results) \
         == 0.4
-    assert script.optimized_metric(compose_config(["optimized_metric=null"]), results) is None
+    assert cli.optimized_metric(compose_config(["optimized_metric=null"]), results) is None
     with pytest.raises(KeyError, match="optimized_metric=val/p@1 is not among"):
-        script.optimized_metric(compose_config(["task=xc"]), results)
+        cli.optimized_metric(compose_config(["task=xc"]), results)

@@ -116,8 +116,7 @@ def test_heads_and_objectives_are_groups_of_their_own(tmp_path: Path) -> None:
 
 
 def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> None:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from summarize import _sampler_name
+    from recsys_midx.analysis.summarize import _sampler_name
 
     midx = {"_target_": "recsys_midx.samplers.MIDXSampler", "num_codewords": 64}
     softmax = {"_target_": "recsys_midx.losses.SoftmaxLoss", "exact_positives": False}
@@ -143,8 +142,7 @@ def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> N
 
 
 def _summarize_module():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import summarize
+    from recsys_midx.analysis import summarize
 
     return summarize
 

@@ -99,7 +99,7 @@ def test_unknown_sampler_lists_the_valid_options(tmp_path):
         assert option in message
 
 
-#: The command-line overrides that conf/experiment/synthetic-100k.yaml stands for.
+#: The command-line overrides that recsys_midx/conf/experiment/synthetic-100k.yaml stands for.
 SYNTHETIC_100K = (
     "dataset.name=synthetic-100k", "dataset.num_items=100000", "dataset.num_users=10000",
     "dataset.num_topics=100", "model.max_len=20", "model.dim=32", "sampler.num_negatives=32",

@@ -1,5 +1,5 @@
-"""Plots of a sweep, drawn from the runs table of ``scripts/summarize.py`` and each run's
-``epochs.csv``.
+"""Plots of a sweep, drawn from the runs table of :mod:`recsys_midx.analysis.summarize` and
+each run's ``epochs.csv``.
 
 Three PNG files, one panel per (dataset, model):
 

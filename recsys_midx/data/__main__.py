@@ -4,9 +4,9 @@
     python -m recsys_midx.data prepare dataset=ml-100k dataset.raw_dir=PATH preprocess=recbole
     python -m recsys_midx.data describe dataset=ml-1m
 
-Arguments after the command are Hydra overrides of the project's ``conf/config.yaml``, exactly as
-for ``train.py``, so a dataset prepared here is the one a training run with the same overrides
-reuses.
+Arguments after the command are Hydra overrides of the project's ``recsys_midx/conf/config.yaml``,
+exactly as for ``recsys-midx-train`` (``train.py``), so a dataset prepared here is the one a
+training run with the same overrides reuses.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from recsys_midx.data.errors import DataError
 from recsys_midx.data.pipeline import cache_directory, load_stats
 from recsys_midx.data.sources.base import Source
 
-#: The project's Hydra configs (``conf/`` at the repository root).
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf"
+#: The project's Hydra configs (``recsys_midx/conf/``, shipped with the package).
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def compose_config(overrides: Sequence[str], config_dir: Path = CONFIG_DIR) -> DictConfig:

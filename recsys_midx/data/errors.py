@@ -149,16 +149,38 @@ class MissingColumnsError(DataError):
         path: the file.
         missing: the mapped names that were not found.
         found: the columns the file does have.
+        settings: the settings that map the missing names, as the user writes them (e.g.
+            ``dataset.columns.time``); the message asks to fix them.
     """
 
-    def __init__(self, path: Path, missing: Sequence[str], found: Sequence[str]) -> None:
+    def __init__(
+        self, path: Path, missing: Sequence[str], found: Sequence[str],
+        settings: Sequence[str] = (),
+    ) -> None:
         self.path = Path(path)
         self.missing = tuple(missing)
         self.found = tuple(found)
-        super().__init__(
+        self.settings = tuple(settings)
+        message = (
             f"{self.path} has no column {', '.join(repr(name) for name in self.missing)}; "
             f"columns found: {', '.join(repr(name) for name in self.found) or 'none'}"
         )
+        if self.settings:
+            which = "one of them" if len(self.settings) == 1 else "columns of the file"
+            message += f"; set {', '.join(self.settings)} to {which}"
+        super().__init__(message)
+
+
+class EmptyFileError(DataError):
+    """A data file holds nothing at all (zero bytes).
+
+    Args:
+        path: the file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        super().__init__(f"{self.path} is empty")
 
 
 class BadValueError(DataError):

@@ -14,7 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from recsys_midx.data.errors import CorruptArchiveError, DataError, MissingColumnsError
+from recsys_midx.data.errors import (
+    CorruptArchiveError,
+    DataError,
+    EmptyFileError,
+    MissingColumnsError,
+)
 from recsys_midx.data.readers.columnar import ColumnBuffer, IdColumn
 from recsys_midx.data.readers.columns import ColumnMap
 from recsys_midx.data.readers.formats import Format
@@ -52,6 +57,7 @@ def read_interactions(
 
     Raises:
         MissingColumnsError: a mapped column is not in a file (the message lists those found).
+        EmptyFileError: a file has no content at all.
         BadValueError: a time that is neither a number nor an ISO date (quoted in the message).
         CorruptArchiveError: a compressed file is truncated or corrupt.
         DataError: the files hold no rows, or any other unreadable content (the message names
@@ -71,6 +77,8 @@ def read_interactions(
     rows, dropped = 0, 0
     with _Progress(paths, progress) as tracker:
         for path in paths:
+            if path.is_file() and path.stat().st_size == 0:
+                raise EmptyFileError(path)
             found = fmt.columns(path)
             missing = [name for name in wanted if name not in found]
             if missing:

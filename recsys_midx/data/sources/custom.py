@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from recsys_midx.data.errors import DataError, MissingFilesError
+from recsys_midx.data.errors import DataError, MissingColumnsError, MissingFilesError
 from recsys_midx.data.preprocess import PreprocessSettings
 from recsys_midx.data.readers import (
     ColumnMap,
@@ -125,7 +125,9 @@ class Custom(Source):
 
         Raises:
             MissingFilesError: ``path`` does not exist, or is a folder without data files.
-            MissingColumnsError: a mapped column is missing (the message lists those found).
+            MissingColumnsError: a mapped column is missing (the message lists those found and
+                names the ``dataset.columns.*`` setting to fix).
+            EmptyFileError: a file has no content at all.
             BadValueError: a time cannot be parsed (the message quotes it).
             DataError: the files cannot be read in the chosen format.
         """
@@ -133,13 +135,26 @@ class Custom(Source):
         if not files:
             folder = self.path if self.path.is_dir() else self.path.parent
             what = "data files" if self.path.is_dir() else self.path.name
-            raise MissingFilesError(folder, [what], "Check dataset.path.")
+            hint = ("dataset.path names a folder without data files" if self.path.is_dir()
+                    else f"dataset.path={self.path} names no existing file or folder")
+            raise MissingFilesError(folder, [what], hint)
         if self.columns.time is None:
             log.warning(
                 "dataset.columns.time is null: each user's interactions are ordered as they appear "
                 "in %s, and their timestamps are the rows' positions there", self.path,
             )
-        return read_interactions(files, self._format(files), self.columns)
+        try:
+            return read_interactions(files, self._format(files), self.columns)
+        except MissingColumnsError as error:
+            raise MissingColumnsError(
+                error.path, error.missing, error.found, self._column_settings(error.missing)
+            ) from None
+
+    def _column_settings(self, names: Sequence[str]) -> list[str]:
+        """The ``dataset.columns.*`` settings that map the raw column ``names``."""
+        setting = {raw: f"dataset.columns.{field}"
+                   for field, raws in self.columns.sources().items() for raw in raws}
+        return list(dict.fromkeys(setting[name] for name in names if name in setting))
 
     def _format(self, files: list[Path]) -> Format:
         """The configured format, or the one the suffixes agree on."""

@@ -1,0 +1,250 @@
+"""Checks of a composed config that need no data: run before anything is read or written.
+
+A mistake that these checks catch would otherwise surface after the data is prepared, or after a
+whole epoch (a monitored metric that is never logged fails in early stopping), or as an error
+about an internal setting. Each check raises a :class:`~recsys_midx.errors.ConfigError` whose one
+line names the settings as the user writes them. Checks that need the data (``num_negatives``
+below the catalog size, ``num_codewords`` at most the number of items) stay with the components
+that know it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import get_class
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from recsys_midx.errors import ConfigError
+from recsys_midx.lit.checkpointing import RESUME_AUTO
+from recsys_midx.lit.xc import XCModule
+from recsys_midx.metrics.ranking import metric_names
+from recsys_midx.metrics.xc import xc_metric_names
+
+#: Valid values of the MIDX sampler's enumerated settings (``recsys_midx.samplers.MIDXSampler``).
+MIDX_CHOICES: dict[str, tuple[str, ...]] = {
+    "quantizer": ("pq", "rq"),
+    "last_stage": ("uniform", "popularity", "exact"),
+    "cell_draw": ("auto", "table", "two_stage"),
+}
+
+
+def check(cfg: DictConfig) -> None:
+    """Run every check of this module on ``cfg``; the first failure is raised.
+
+    Args:
+        cfg: a config composed from ``recsys_midx/conf/config.yaml`` and the command line.
+
+    Raises:
+        ConfigError: naming the first setting (as written on the command line) that cannot work.
+
+    Example:
+        >>> check(compose("config", overrides=["eval.ks=[5, 50]"]))
+        Traceback (most recent call last):
+        ...
+        recsys_midx.errors.ConfigError: eval.ks=[5, 50] does not produce task.monitor=...
+    """
+    for check_one in CHECKS:
+        check_one(cfg)
+
+
+def logged_validation_metrics(cfg: DictConfig) -> tuple[str, list[str]]:
+    """The setting that holds the task's cut-offs and the ``val/*`` metrics the task logs.
+
+    Args:
+        cfg: a composed config.
+
+    Returns:
+        The cut-offs' key as the user writes it (``eval.ks`` for ``task=seqrec``, whose
+        ``task.module.ks`` points there; ``task.module.ks`` for ``task=xc``) and the names of
+        the logged validation metrics, e.g. ``["val/hr@10", "val/ndcg@10", ...]``.
+
+    Raises:
+        ConfigError: the cut-offs are not a non-empty list of positive integers.
+    """
+    key = _source_key(cfg.task.module, "ks", "task.module.ks")
+    ks = cfg.task.module.ks
+    if (not isinstance(ks, (list, ListConfig)) or not ks
+            or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks)):
+        raise ConfigError(f"{key}={_show(ks)}: give a non-empty list of positive cut-offs, "
+                          "e.g. [10, 20]")
+    is_xc = issubclass(get_class(cfg.task.module._target_), XCModule)
+    names = (xc_metric_names if is_xc else metric_names)(list(ks))
+    return key, [f"val/{name}" for name in names]
+
+
+def check_monitor(cfg: DictConfig) -> None:
+    """``task.monitor`` (early stopping, checkpoint selection) is a metric the task logs."""
+    key, logged = logged_validation_metrics(cfg)
+    monitor = cfg.task.monitor
+    if monitor not in logged:
+        raise ConfigError(
+            f"{key}={_show(cfg.task.module.ks)} does not produce task.monitor={monitor}; "
+            f"the task logs {', '.join(logged)}: add the cut-off to {key} or set task.monitor "
+            "to one of them"
+        )
+
+
+def check_required(cfg: DictConfig) -> None:
+    """Every mandatory setting (``???`` in the configs, e.g. ``dataset.path`` of
+    ``dataset=custom``) is given."""
+    missing = _missing_keys(OmegaConf.to_container(cfg, resolve=False))
+    if missing:
+        raise ConfigError(
+            f"{', '.join(missing)} must be set, e.g. {missing[0]}=VALUE on the command line"
+        )
+
+
+def check_optimized_metric(cfg: DictConfig) -> None:
+    """``optimized_metric`` (what the command returns to a sweeper) is null or a ``val/`` or
+    ``test/`` metric the task logs."""
+    name = cfg.get("optimized_metric")
+    if not name:
+        return
+    _, logged = logged_validation_metrics(cfg)
+    known = [*logged, *(f"test/{metric.removeprefix('val/')}" for metric in logged)]
+    if name not in known:
+        raise ConfigError(
+            f"optimized_metric={name} is not a metric the task logs: choose one of "
+            f"{', '.join(known)}, or null"
+        )
+
+
+def check_resume(cfg: DictConfig) -> None:
+    """``resume`` is null, ``auto`` or the path of an existing checkpoint file."""
+    resume = cfg.get("resume")
+    if resume and resume != RESUME_AUTO and not Path(str(resume)).is_file():
+        raise ConfigError(
+            f"resume={resume}: no such checkpoint file; give a .ckpt path, or resume=auto to "
+            "continue from last.ckpt of hydra.run.dir"
+        )
+
+
+def check_epochs(cfg: DictConfig) -> None:
+    """The trainer runs at least one step, and stops: ``max_epochs >= 1``, or no epoch limit
+    (``-1``/``null``) together with ``max_steps`` or ``max_time``."""
+    trainer = cfg.trainer
+    if trainer.get("fast_dev_run"):
+        return
+    max_steps = trainer.get("max_steps")
+    if max_steps is not None and (max_steps == 0 or max_steps < -1):
+        raise ConfigError(f"trainer.max_steps={max_steps}: set it >= 1, or -1 for no step limit")
+    max_epochs = trainer.get("max_epochs")
+    limited = (max_steps is not None and max_steps > 0) or trainer.get("max_time") is not None
+    if max_epochs in (None, -1) and not limited:
+        raise ConfigError(
+            f"trainer.max_epochs={_show(max_epochs)} without trainer.max_steps or "
+            "trainer.max_time never stops: set trainer.max_epochs>=1 or one of those limits"
+        )
+    if max_epochs is not None and max_epochs != -1 and max_epochs < 1:
+        raise ConfigError(
+            f"trainer.max_epochs={max_epochs}: a run trains at least one epoch; set "
+            "trainer.max_epochs>=1 (or -1 with trainer.max_steps or trainer.max_time)"
+        )
+
+
+def check_sampler(cfg: DictConfig) -> None:
+    """Sampler sizes that are wrong for any catalog, MIDX's enumerated settings, and product
+    quantisation's split of ``model.dim`` into ``sampler.num_codebooks`` equal parts."""
+    sampler = cfg.sampler
+    negatives = sampler.get("num_negatives")
+    if negatives is not None and negatives < 1:
+        raise ConfigError(f"sampler.num_negatives={negatives}: draw at least 1 negative")
+    minimum = {"num_codewords": 2, "num_codebooks": 1, "query_chunk_size": 1}
+    for name, lowest in minimum.items():
+        value = sampler.get(name)
+        if value is not None and value < lowest:
+            raise ConfigError(f"sampler.{name}={value}: it must be >= {lowest}")
+    for name, choices in MIDX_CHOICES.items():
+        value = sampler.get(name)
+        if value is not None and value not in choices:
+            raise ConfigError(
+                f"sampler.{name}={value}: choose one of {', '.join(choices)}"
+            )
+    books, dim = sampler.get("num_codebooks"), cfg.model.get("dim")
+    if sampler.get("quantizer") == "pq" and books and dim and dim % books:
+        raise ConfigError(
+            f"model.dim={dim} is not divisible by sampler.num_codebooks={books}: product "
+            "quantisation (sampler.quantizer=pq) splits the item vectors into equal parts; "
+            f"choose sampler.num_codebooks dividing {dim} or sampler=midx_rq"
+        )
+
+
+def check_not_multirun_ddp(cfg: DictConfig) -> None:
+    """No Hydra sweep (``-m``) whose jobs would start several DDP processes.
+
+    Lightning starts the extra ranks by re-running the command line, which for a sweep is the
+    whole sweep: every rank would run every job. DDP is for single runs; launch each job of a
+    sweep as its own ``recsys-midx-train ... trainer=ddp`` process.
+    """
+    trainer = cfg.get("trainer") or {}
+    multi_process = "ddp" in str(trainer.get("strategy", "")) and trainer.get("devices") != 1
+    if multi_process and run_mode() == RunMode.MULTIRUN:
+        raise ConfigError(
+            f"trainer.strategy={trainer.get('strategy')} with trainer.devices="
+            f"{trainer.get('devices')} cannot run inside a Hydra multirun (-m): the extra ranks "
+            "would re-run the whole sweep. Run each job as its own process, e.g. "
+            "`for s in full midx; do python train.py trainer=ddp sampler=$s; done`."
+        )
+
+
+#: Every check, in the order they run: cheap structural ones first.
+CHECKS: tuple[Callable[[DictConfig], None], ...] = (
+    check_required,
+    check_epochs,
+    check_monitor,
+    check_optimized_metric,
+    check_sampler,
+    check_resume,
+    check_not_multirun_ddp,
+)
+
+
+def _missing_keys(node: Any, prefix: str = "") -> list[str]:
+    """The dotted keys below ``node`` (a plain container) whose value is ``???``."""
+    if isinstance(node, dict):
+        items = [(f"{prefix}{key}", value) for key, value in node.items()]
+    elif isinstance(node, list):
+        items = [(f"{prefix[:-1]}[{index}]", value) for index, value in enumerate(node)]
+    else:
+        return []
+    missing = []
+    for key, value in items:
+        if value == "???":
+            missing.append(key)
+        else:
+            missing.extend(_missing_keys(value, f"{key}."))
+    return missing
+
+
+def _source_key(node: DictConfig, name: str, default: str) -> str:
+    """The key a value comes from: ``eval.ks`` for ``ks: ${eval.ks}``, else ``default``."""
+    raw = OmegaConf.to_container(node, resolve=False).get(name)
+    if isinstance(raw, str) and raw.startswith("${") and raw.endswith("}"):
+        inner = raw[2:-1]
+        if ":" not in inner:  # a plain reference, not a resolver such as ${oc.env:...}
+            return inner
+    return default
+
+
+def _show(value: Any) -> str:
+    """A value as it is written on the command line: ``[5, 50]``, ``null``, ``true``."""
+    if isinstance(value, (ListConfig, Sequence)) and not isinstance(value, str):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def run_mode() -> RunMode | None:
+    """Hydra's mode of the current run (``RUN`` or ``MULTIRUN``), ``None`` outside a Hydra run."""
+    try:
+        return HydraConfig.get().mode
+    except ValueError:  # composed outside a Hydra run (tests, notebooks)
+        return None

@@ -1,0 +1,131 @@
+"""Pre-flight checks, the threads setting and the training command's helpers, without a run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import faiss
+import pytest
+import torch
+from hydra.errors import InstantiationException
+
+from recsys_midx import cli, preflight, threads
+from recsys_midx.data.errors import EmptyFileError
+from recsys_midx.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["eval.ks=[5,50]"], r"eval\.ks=\[5, 50\] does not produce task\.monitor=val/ndcg@10; "
+                             r"the task logs val/hr@5, val/ndcg@5, val/mrr@5, val/hr@50, "),
+        (["task=xc", "task.module.ks=[3]"],
+         r"task\.module\.ks=\[3\] does not produce task\.monitor=val/p@1; the task logs val/p@3"),
+        (["task.monitor=val/recall@10"], r"eval\.ks=\[10, 20\] does not produce "
+                                         r"task\.monitor=val/recall@10"),
+        (["eval.ks=[]"], r"eval\.ks=\[\]: give a non-empty list of positive cut-offs"),
+        (["trainer.max_epochs=0"], r"trainer\.max_epochs=0: a run trains at least one epoch"),
+        (["trainer.max_epochs=-1"],
+         r"trainer\.max_epochs=-1 without trainer\.max_steps or trainer\.max_time never stops"),
+        (["+trainer.max_steps=0"], r"trainer\.max_steps=0: set it >= 1"),
+        (["model.dim=30", "sampler.num_codebooks=4"],
+         r"model\.dim=30 is not divisible by sampler\.num_codebooks=4"),
+        (["sampler.num_negatives=0"], r"sampler\.num_negatives=0: draw at least 1 negative"),
+        (["sampler.num_codewords=1"], r"sampler\.num_codewords=1: it must be >= 2"),
+        (["sampler.quantizer=opq"], r"sampler\.quantizer=opq: choose one of pq, rq"),
+        (["dataset=custom"], r"dataset\.path must be set"),
+        (["optimized_metric=val/p@1"],
+         r"optimized_metric=val/p@1 is not a metric the task logs: choose one of val/hr@10, "),
+        (["resume=nowhere/last.ckpt"], r"resume=nowhere/last\.ckpt: no such checkpoint file"),
+    ],
+    ids=["ks-without-monitor", "xc-ks-without-monitor", "unknown-monitor", "no-ks", "no-epochs",
+         "never-stops", "no-steps", "pq-dim", "no-negatives", "one-codeword", "quantizer",
+         "required-path", "optimized-metric", "resume-path"],
+)
+def test_preflight_names_the_setting_as_the_user_writes_it(compose_config, overrides, message):
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        preflight.check(compose_config(overrides))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["task=xc"], ["debug=default"], ["debug=fdr"], ["debug=overfit"], ["sampler=full"],
+     ["sampler=inbatch"], ["sampler=midx_rq", "model.dim=30", "sampler.num_codebooks=4"],
+     ["trainer.max_epochs=-1", "+trainer.max_steps=10"], ["eval.ks=[5, 10]"],
+     ["experiment=synthetic-100k"], ["optimized_metric=test/ndcg@20"], ["optimized_metric=null"],
+     ["resume=auto"]],
+)
+def test_preflight_accepts_working_setups(compose_config, overrides):
+    preflight.check(compose_config(overrides))
+
+
+@pytest.fixture
+def restore_threads():
+    """Give torch and faiss back the thread counts they had before the test."""
+    before = torch.get_num_threads(), faiss.omp_get_max_threads()
+    yield
+    torch.set_num_threads(before[0])
+    faiss.omp_set_num_threads(before[1])
+
+
+def test_threads_setting_reaches_torch_and_faiss(compose_config, restore_threads):
+    assert threads.apply_threads(compose_config(["threads=3"])) == 3
+    assert torch.get_num_threads() == 3
+    assert faiss.omp_get_max_threads() == 3
+    assert threads.apply_threads(compose_config(["threads=1"])) == 1
+    assert torch.get_num_threads() == faiss.omp_get_max_threads() == 1
+
+
+def test_automatic_threads_share_the_cores_among_the_processes(compose_config, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "available_cores", lambda: 16)
+    assert threads.resolve_threads(compose_config()) == threads.DEFAULT_CAP == 4
+    ddp = ["trainer=ddp", "trainer.devices=4"]
+    monkeypatch.setattr(threads, "available_cores", lambda: 8)
+    assert threads.resolve_threads(compose_config(ddp)) == 2
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    assert threads.resolve_threads(compose_config(ddp)) == 1
+    assert threads.resolve_threads(compose_config()) == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads.resolve_threads(compose_config()) == 3
+    assert threads.resolve_threads(compose_config(["threads=5"])) == 5
+    with pytest.raises(ConfigError, match="^threads=0: give a positive integer"):
+        threads.resolve_threads(compose_config(["threads=0"]))
+
+
+def test_user_errors_are_unwrapped_from_hydra_and_others_are_not():
+    empty = EmptyFileError(Path("ratings.csv"))
+    wrapped = InstantiationException("Error in call to target ...\nfull_key: task.datamodule")
+    wrapped.__cause__ = empty
+    assert cli.user_error(wrapped) is empty
+    assert cli.user_error(ConfigError("threads=0")) is not None
+    assert cli.user_error(ValueError("a bug")) is None
+    assert cli.user_error(RuntimeError("a bug")) is None
+
+
+def test_only_a_run_folder_without_results_is_removed(tmp_path):
+    unused = tmp_path / "unused"
+    (unused / ".hydra").mkdir(parents=True)
+    (unused / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (unused / "train.log").write_text("")
+    (unused / "checkpoints").mkdir()
+    assert cli.remove_if_unused(unused) and not unused.exists()
+
+    resumed = tmp_path / "resumed"
+    (resumed / ".hydra").mkdir(parents=True)
+    (resumed / "checkpoints").mkdir()
+    (resumed / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert not cli.remove_if_unused(resumed) and (resumed / "checkpoints" / "last.ckpt").exists()
+
+
+def test_resume_command_repeats_the_command_line_with_resume_and_the_run_folder(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(sys, "argv", ["train.py", "sampler=uniform", "resume=old.ckpt",
+                                      "hydra.run.dir=elsewhere", "dataset.path=my file.csv"])
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "-u", *sys.argv])
+    assert cli.resume_command(tmp_path) == (
+        f"python3 -u train.py sampler=uniform 'dataset.path=my file.csv' resume=auto "
+        f"hydra.run.dir={tmp_path}"
+    )
