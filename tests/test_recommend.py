@@ -16,7 +16,7 @@ from recsys_midx import load_run, recommend
 from recsys_midx.heads import MoSHead, log_probs
 from recsys_midx.inference.recommend import COLUMNS, main
 from recsys_midx.trained import IdMap, LoadedRun, UnknownIdsError
-from trained_runs import train_custom_run
+from trained_runs import brute_force, csv_histories, train_custom_run
 
 USERS = ["user-003", "user-017", "user-042"]
 
@@ -29,32 +29,6 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def run(run_dir: Path) -> LoadedRun:
     return load_run(run_dir)
-
-
-def csv_histories(run_dir: Path) -> dict[str, list[str]]:
-    """Every user's raw item ids, oldest first, read straight from the CSV the run trained on."""
-    frame = pd.read_csv(run_dir.parent / "interactions.csv")
-    frame = frame.sort_values(["uid", "ts"], kind="stable")
-    return {user: list(group["sku"]) for user, group in frame.groupby("uid", sort=False)}
-
-
-def brute_force(run: LoadedRun, raw_history: list[str], k: int, exclude_seen: bool) -> tuple[
-    list[str], np.ndarray
-]:
-    """Top-k raw item ids and scores: the whole item table scored at once for the query of the
-    history's last ``max_len`` items."""
-    history = run.items.internal(raw_history)
-    max_len = run.datamodule.max_len
-    inputs = torch.zeros(1, max_len, dtype=torch.long)
-    tail = torch.from_numpy(history[-max_len:])
-    inputs[0, max_len - len(tail):] = tail
-    with torch.no_grad():
-        query = run.module.encoder(inputs)[:, -1]
-        scores = (query @ run.module.encoder.item_table[1:].T)[0].clone()
-    if exclude_seen:
-        scores[torch.from_numpy(history - 1)] = float("-inf")
-    top = scores.topk(k)
-    return list(run.items.raw[top.indices.numpy() + 1]), top.values.numpy()
 
 
 def test_id_map_names_unknown_ids_in_one_line() -> None:

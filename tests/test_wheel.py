@@ -1,5 +1,5 @@
 """The built wheel is a complete tool: installed on its own, ``recsys-midx-train`` trains from an
-empty folder with the configs it ships."""
+empty folder with the configs it ships, and a newcomer gets recommendations in raw ids."""
 
 from __future__ import annotations
 
@@ -9,19 +9,25 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import ROOT
+from recsys_midx.trained import load_run
+from trained_runs import TINY_CUSTOM_RUN, brute_force, csv_histories, write_interactions
 
 #: What a build must not see: outputs of runs and earlier builds (a stale ``build/`` would put
 #: removed files into the wheel), caches and version control.
 NOT_SOURCES = shutil.ignore_patterns(".git", "build", "*.egg-info", "datasets", "outputs",
                                      "multirun", "site", "__pycache__", ".pytest_cache", ".venv")
 
-#: The console commands of ``pyproject.toml``'s ``[project.scripts]`` that exist today.
-COMMANDS = ("recsys-midx-train", "recsys-midx-summarize")
+#: The console commands of ``pyproject.toml``'s ``[project.scripts]``.
+COMMANDS = ("recsys-midx-train", "recsys-midx-summarize", "recsys-midx-recommend",
+            "recsys-midx-eval", "recsys-midx-export")
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -30,8 +36,22 @@ def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Compl
     return done
 
 
-@pytest.mark.slow
-def test_the_wheel_trains_from_an_empty_folder(tmp_path):
+@dataclass(frozen=True)
+class Installed:
+    """The wheel installed in a venv of its own: its console commands, and the environment to
+    run them with (this checkout neither on ``PYTHONPATH`` nor anywhere else)."""
+
+    wheel: Path
+    venv: Path
+    env: dict[str, str]
+
+    def command(self, name: str) -> str:
+        return str(self.venv / "bin" / name)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    tmp_path = tmp_path_factory.mktemp("wheel")
     # Neither this checkout (PYTHONPATH) nor a data folder of the caller may leak into the run.
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "RECSYS_MIDX_DATA_DIR", "HYDRA_FULL_ERROR")}
@@ -40,27 +60,30 @@ def test_the_wheel_trains_from_an_empty_folder(tmp_path):
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
           "-w", str(wheels), str(source)], cwd=tmp_path, env=env)
     (wheel,) = wheels.glob("recsys_midx-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"recsys_midx/conf/config.yaml", "recsys_midx/conf/sampler/midx.yaml",
-            "recsys_midx/conf/debug/default.yaml", "recsys_midx/cli.py"} <= names
-    assert not any(name.startswith(("tests/", "conf/", "train.py")) for name in names)
-
     # The venv reuses the installed dependencies; the package itself comes from the wheel only.
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp_path, env)
-    python, bin_dir = venv / "bin" / "python", venv / "bin"
-    _run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-         tmp_path, env)
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q",
+          str(wheel)], tmp_path, env)
+    path = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return Installed(wheel, venv, {**env, "PATH": path})
+
+
+@pytest.mark.slow
+def test_the_wheel_trains_from_an_empty_folder(installed: Installed, tmp_path: Path) -> None:
+    names = set(zipfile.ZipFile(installed.wheel).namelist())
+    assert {"recsys_midx/conf/config.yaml", "recsys_midx/conf/sampler/midx.yaml",
+            "recsys_midx/conf/debug/default.yaml", "recsys_midx/cli.py"} <= names
+    assert not any(name.startswith(("tests/", "conf/", "train.py")) for name in names)
     empty = tmp_path / "empty"
     empty.mkdir()
-    located = _run([str(python), "-c", "import recsys_midx; print(recsys_midx.__file__)"],
-                   empty, env)
-    assert Path(located.stdout.strip()).is_relative_to(venv), located.stdout
+    located = _run([installed.command("python"), "-c",
+                    "import recsys_midx; print(recsys_midx.__file__)"], empty, installed.env)
+    assert Path(located.stdout.strip()).is_relative_to(installed.venv), located.stdout
     for command in COMMANDS:
-        assert (bin_dir / command).is_file(), command
+        assert Path(installed.command(command)).is_file(), command
 
-    run = _run([str(bin_dir / "recsys-midx-train"), "debug=default"], empty,
-               {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"})
+    run = _run([installed.command("recsys-midx-train"), "debug=default"], empty, installed.env)
 
     (results,) = (empty / "outputs").rglob("results.json")
     saved = json.loads(results.read_text())
@@ -68,3 +91,35 @@ def test_the_wheel_trains_from_an_empty_folder(tmp_path):
     assert (results.parent / "train.log").is_file()
     assert (empty / "datasets" / "processed").is_dir()
     assert "optimized_metric val/ndcg@10 = " in run.stdout
+
+
+@pytest.mark.slow
+def test_a_newcomer_trains_on_own_data_and_gets_unseen_raw_items(
+    installed: Installed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From an empty folder: train on a CSV with text ids, then recommend for three raw user
+    ids; the items are raw ids, none from the user's history, ranked as a brute-force scoring
+    of the trained item table ranks them."""
+    folder = tmp_path / "newcomer"
+    folder.mkdir()
+    write_interactions(folder / "interactions.csv")
+    _run([installed.command("recsys-midx-train"), "dataset=custom",
+          "dataset.path=interactions.csv", "dataset.columns.user=uid",
+          "dataset.columns.item=sku", "dataset.columns.time=ts", *TINY_CUSTOM_RUN,
+          "sampler=uniform", "sampler.num_negatives=20", "hydra.run.dir=run"],
+         folder, installed.env)
+    users = ["user-003", "user-017", "user-042"]
+    _run([installed.command("recsys-midx-recommend"), "run", "--users", *users, "--k", "5",
+          "--out", "recs.csv"], folder, installed.env)
+
+    recs = pd.read_csv(folder / "recs.csv", dtype={"user": str, "item": str})
+    # The run's settings name its data relative to the folder it was trained in.
+    monkeypatch.chdir(folder)
+    run = load_run("run")
+    histories = csv_histories(folder / "run")
+    assert list(recs["user"].unique()) == users
+    for user, rows in recs.groupby("user", sort=False):
+        assert not set(rows["item"]) & set(histories[user])
+        expected, scores = brute_force(run, histories[user], k=5, exclude_seen=True)
+        assert list(rows.sort_values("rank")["item"]) == expected
+        np.testing.assert_allclose(rows.sort_values("rank")["score"], scores, rtol=1e-5)

@@ -10,8 +10,11 @@ import pandas as pd
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+import torch
+
 from conftest import CONF_DIR, sampler_overrides
 from recsys_midx.experiment import train
+from recsys_midx.trained import LoadedRun
 
 #: The keys of ``TINY_RUN`` that apply to a custom dataset (it has no num_users / num_items).
 TINY_CUSTOM_RUN = (
@@ -61,3 +64,29 @@ def train_custom_run(root: Path, overrides: Sequence[str] = ()) -> Path:
     (run_dir / ".hydra").mkdir()
     OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
     return run_dir
+
+
+def csv_histories(run_dir: Path) -> dict[str, list[str]]:
+    """Every user's raw item ids, oldest first, read straight from the CSV the run trained on."""
+    frame = pd.read_csv(run_dir.parent / "interactions.csv")
+    frame = frame.sort_values(["uid", "ts"], kind="stable")
+    return {user: list(group["sku"]) for user, group in frame.groupby("uid", sort=False)}
+
+
+def brute_force(run: LoadedRun, raw_history: list[str], k: int, exclude_seen: bool) -> tuple[
+    list[str], np.ndarray
+]:
+    """Top-k raw item ids and scores: the whole item table scored at once for the query of the
+    history's last ``max_len`` items."""
+    history = run.items.internal(raw_history)
+    max_len = run.datamodule.max_len
+    inputs = torch.zeros(1, max_len, dtype=torch.long)
+    tail = torch.from_numpy(history[-max_len:])
+    inputs[0, max_len - len(tail):] = tail
+    with torch.no_grad():
+        query = run.module.encoder(inputs)[:, -1]
+        scores = (query @ run.module.encoder.item_table[1:].T)[0].clone()
+    if exclude_seen:
+        scores[torch.from_numpy(history - 1)] = float("-inf")
+    top = scores.topk(k)
+    return list(run.items.raw[top.indices.numpy() + 1]), top.values.numpy()
