@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,16 @@ from recsys_midx.data.pipeline import PreparedDataset
 from recsys_midx.data.resumable import ResumableLoader
 from recsys_midx.data.sources.base import Source
 from recsys_midx.data.splits import LeaveOneOut, SequenceSplit, Spans, SplitStrategy, Stage
+from recsys_midx.data.train_samples import TrainSamples, check_sample_kind
+from recsys_midx.data.train_samples import left_padded_windows as _left_padded_windows
 from recsys_midx.distributed import eval_sampler
 
 Batch = dict[str, Tensor]
 
 
 class _Rows(Dataset):
-    """Indexes users; batches are assembled in one vectorised collate call, not item by item."""
+    """Indexes users or training samples; batches are assembled in one vectorised collate call,
+    not item by item."""
 
     def __init__(self, num_rows: int) -> None:
         self.num_rows = num_rows
@@ -36,32 +39,23 @@ class _Rows(Dataset):
         return row
 
 
-def _left_padded_windows(
-    items: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int
-) -> np.ndarray:
-    """The last ``width`` items of each ``items[start:end]``, left-padded with 0: ``[B, width]``."""
-    index = ends[:, None] - width + np.arange(width)[None, :]
-    return np.where(index >= starts[:, None], items[np.maximum(index, 0)], 0)
-
-
 def training_batch(split: SequenceSplit, rows: np.ndarray, max_len: int) -> Batch:
     """Training sequences of rows ``rows``: ``inputs`` and next-item ``targets``, ``[B, max_len]``.
 
     Each row is a training sequence of ``split.spans("train")`` (for leave-one-out, a user's
     items but the last two), cut to its last ``max_len + 1`` items and left-padded; ``targets``
-    is ``inputs`` shifted by one position.
+    is ``inputs`` shifted by one position (the ``last_window`` samples of
+    :class:`~recsys_midx.data.train_samples.TrainSamples`).
     """
-    spans = split.spans("train")
-    starts, ends = spans.starts[rows], spans.ends[rows]
-    window = _left_padded_windows(split.items, starts, ends, max_len + 1)
-    return {"inputs": torch.from_numpy(window[:, :-1]), "targets": torch.from_numpy(window[:, 1:])}
+    return TrainSamples(split.items, split.spans("train"), max_len).batch(rows)
 
 
 class SeqRecDataModule(L.LightningDataModule):
     """Serves training sequences and evaluation queries for one dataset, split by ``split``.
 
-    Training batches hold every user's training sequence (its last ``max_len + 1`` items): each
-    position predicts the next item, so one sample per user trains all its prefixes at once.
+    Training batches hold windows of the training sequences, chosen by ``train_samples`` (see
+    :mod:`recsys_midx.data.train_samples`): by default every user's last ``max_len + 1``
+    training items, each position predicting the next item.
     Evaluation batches hold the last ``max_len`` items before the target, the target, and the
     whole history before it (for excluding seen items from the ranking).
 
@@ -69,15 +63,20 @@ class SeqRecDataModule(L.LightningDataModule):
         source: where the interactions come from (see :mod:`recsys_midx.data.sources`).
         data_dir: root of raw downloads and the processed Parquet cache.
         max_len: longest input sequence fed to the encoder.
-        batch_size: users per training batch.
+        batch_size: samples per training batch.
         eval_batch_size: users per evaluation batch.
         num_workers: data loader worker processes (0 is usually fastest: collation is vectorised).
         split: how training, validation and test are formed (the ``split`` config group):
             :class:`~recsys_midx.data.splits.LeaveOneOut` (default) or
             :class:`~recsys_midx.data.time_split.GlobalTime`.
+        train_samples: the training samples of an epoch: ``"last_window"`` (default),
+            ``"windows"`` or ``"prefixes"`` (see :mod:`recsys_midx.data.train_samples`).
+        window_stride: items between consecutive windows' ends for ``"windows"``, in
+            ``1..max_len`` (``None``: ``max_len``).
 
     Raises:
         ValueError: if ``max_len`` or a batch size is not positive.
+        ConfigError: if ``train_samples`` or ``window_stride`` is not a valid choice.
 
     Example:
         >>> dm = SeqRecDataModule(Synthetic(num_users=100, num_items=50), "datasets", max_len=20)
@@ -94,6 +93,8 @@ class SeqRecDataModule(L.LightningDataModule):
         eval_batch_size: int = 256,
         num_workers: int = 0,
         split: SplitStrategy | None = None,
+        train_samples: str = "last_window",
+        window_stride: int | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -101,6 +102,9 @@ class SeqRecDataModule(L.LightningDataModule):
         ):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
+        check_sample_kind(train_samples, window_stride, max_len)
+        self.train_samples = train_samples
+        self.window_stride = window_stride
         self.source = source
         self.data_dir = Path(data_dir)
         self.max_len = max_len
@@ -159,6 +163,13 @@ class SeqRecDataModule(L.LightningDataModule):
         split = self._split
         return split.user_ids, split.offsets, split.items
 
+    @cached_property
+    def _samples(self) -> TrainSamples:
+        # Per-row sample counts only (one int64 per training row): windows are cut per batch.
+        split = self._split
+        return TrainSamples(split.items, split.spans("train"), self.max_len, self.train_samples,
+                            self.window_stride)
+
     @property
     def _split(self) -> SequenceSplit:
         if self.split is None:
@@ -166,7 +177,9 @@ class SeqRecDataModule(L.LightningDataModule):
         return self.split
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", self._train_batch, self.batch_size, shuffle=True)
+        samples = self._samples
+        # The loader shuffles (and, distributed, shards) sample indices, never users.
+        return self._loader(len(samples), samples.batch, self.batch_size, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("val")
@@ -176,13 +189,13 @@ class SeqRecDataModule(L.LightningDataModule):
 
     def _eval_loader(self, stage: Stage) -> DataLoader:
         spans = self._split.spans(stage)
-        return self._loader(stage, partial(self._eval_batch, spans=spans), self.eval_batch_size,
-                            shuffle=False)
+        return self._loader(len(spans), partial(self._eval_batch, spans=spans),
+                            self.eval_batch_size, shuffle=False)
 
     def _loader(
-        self, stage: Stage, collate: Callable[[list[int]], Batch], batch_size: int, shuffle: bool
+        self, size: int, collate: Callable[[list[int]], Batch], batch_size: int, shuffle: bool
     ) -> DataLoader:
-        rows = _Rows(len(self._split.spans(stage)))
+        rows = _Rows(size)
         # Training shards come from Lightning's distributed sampler; evaluation shards must not
         # repeat users to even out the ranks, so they get an unpadded sampler.
         # The training loader can replay its order, so that a run resumes mid-epoch exactly.
@@ -195,9 +208,6 @@ class SeqRecDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
-
-    def _train_batch(self, rows: list[int]) -> Batch:
-        return training_batch(self._split, np.asarray(rows), self.max_len)
 
     def _eval_batch(self, rows: list[int], spans: Spans) -> Batch:
         """Collate queries ``rows`` of ``spans``: history ``items[start:end]``, target ``end``."""
