@@ -164,8 +164,15 @@ class SeqRecDataModule(L.LightningDataModule):
         return split.user_ids, split.offsets, split.items
 
     @cached_property
-    def _samples(self) -> TrainSamples:
-        # Per-row sample counts only (one int64 per training row): windows are cut per batch.
+    def sample_index(self) -> TrainSamples:
+        """The epoch's training samples (``train_samples``), indexed ``0..len - 1``.
+
+        It holds one ``int64`` per training row (the cumulative sample counts), whatever the
+        number of samples: each batch's windows are cut from the split's items when it is made.
+
+        Raises:
+            RuntimeError: if :meth:`setup` has not run.
+        """
         split = self._split
         return TrainSamples(split.items, split.spans("train"), self.max_len, self.train_samples,
                             self.window_stride)
@@ -177,7 +184,7 @@ class SeqRecDataModule(L.LightningDataModule):
         return self.split
 
     def train_dataloader(self) -> DataLoader:
-        samples = self._samples
+        samples = self.sample_index
         # The loader shuffles (and, distributed, shards) sample indices, never users.
         return self._loader(len(samples), samples.batch, self.batch_size, shuffle=True)
 

@@ -16,6 +16,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
+#: Indices converted to Python integers at a time by :class:`EpochShuffle`.
+_CHUNK = 1 << 16
+
 
 class EpochShuffle(RandomSampler):
     """A random order of ``0..n-1`` drawn from ``seed + epoch`` alone, like Lightning's
@@ -50,7 +53,11 @@ class EpochShuffle(RandomSampler):
     def __iter__(self) -> Iterator[int]:
         # Seeds are 64-bit: an unseeded process's initial seed may use all of them.
         generator = torch.Generator().manual_seed((self.seed + self.epoch) % 2**64)
-        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
+        order = torch.randperm(len(self.data_source), generator=generator)
+        # Handed out in chunks: a Python list of every index (one per training sample, possibly
+        # one per interaction) would take several times the tensor's memory.
+        for chunk in order.split(_CHUNK):
+            yield from chunk.tolist()
 
 
 class ResumableLoader(DataLoader):
