@@ -192,6 +192,15 @@ def test_a_seed_sweep_is_one_row_counting_its_seeds(tmp_path: Path) -> None:
         summarize.to_markdown(table))
 
 
+def test_the_seed_a_sampler_takes_from_the_run_is_no_setting(tmp_path: Path) -> None:
+    summarize = _summarize_module()
+    for seed, ndcg in enumerate((0.18, 0.20, 0.22)):
+        _write_sweep_run(tmp_path / f"uniform-{seed}", seed=seed, dim=64, ndcg=ndcg)
+        _write_run(tmp_path / f"full-{seed}", "full", seed)  # no sampler.seed: exact softmax
+    table = summarize.summarize(summarize.load_runs([tmp_path]))
+    assert sorted(table["seeds"]) == [3, 3] and set(table["settings"]) == {""}
+
+
 def test_a_setting_already_named_by_the_row_adds_no_label(tmp_path: Path) -> None:
     summarize = _summarize_module()
     runs = summarize.load_runs([_write_two_samplers(tmp_path)])

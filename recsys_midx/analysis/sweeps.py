@@ -38,7 +38,7 @@ def varying_settings(
     """For each run, the settings whose values are not the same in every run.
 
     Left out: the seed and ``resume``; any key whose value equals the run's seed in every run
-    (``sampler.seed: ${seed}`` resolves to it); any key whose value, in some run, is a string
+    that has it (``sampler.seed: ${seed}`` resolves to it; an exact softmax has no such key); any key whose value, in some run, is a string
     inside that run's output folder (checkpoint and log folders). A key missing from some runs
     (a sampler without codebooks) varies, and is left out of the dicts of the runs that lack it.
 
@@ -60,7 +60,7 @@ def varying_settings(
     keys = sorted({key for run in flat for key in run} - _RUN_KEYS)
 
     def follows_the_run(key: str) -> bool:
-        if all(run.get(key) == run.get("seed") for run in flat):
+        if all(run[key] == run.get("seed") for run in flat if key in run):
             return True
         return any(
             folder and isinstance(run.get(key), str) and str(run[key]).startswith(str(folder))
