@@ -23,14 +23,16 @@ A cell is drawn in one of two ways:
   non-empty cells make a short sparse table (which ``#cells`` accounts for). The normaliser of
   :meth:`~recsys_midx.samplers.midx.MIDXSampler.log_prob` comes from the same product, whatever
   ``M``.
-  Each codebook's scores are shifted by their maximum before the exp; should the masses of a
-  query chunk still underflow (scores hundreds apart), that chunk falls back to the table.
+  Each codebook's scores are shifted by their maximum over the codewords with non-empty cells
+  before the exp; should the masses of a query still fall towards float32's subnormal range
+  (the non-empty cells tens of nats below both peaks), its chunk falls back to the table.
 
 Either way the draw reports ``log Z``, so ``log q`` is normalised for drawn ids and any other id.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -42,6 +44,11 @@ from recsys_midx.samplers.draws import inverse_cdf
 #: The work of one cell of the table (an exp, a cumsum step and a search) in multiply-adds of the
 #: two-stage matrix product, which runs at full arithmetic throughput; set by timing both ways.
 _MULTIPLY_ADDS_PER_CELL = 256
+
+#: Least total mass, per unit of ``sum(W) + K``, of a query's factorised masses: each subnormal
+#: or underflowed product loses at most ``2**-149`` per unit weight, so above this floor the
+#: roundings cost under ``2**-40`` of the total.
+_MASS_FLOOR = 2.0**-100
 
 
 class CodePairGrid(NamedTuple):
@@ -110,17 +117,25 @@ def factorised_masses(
     scores: Tensor, grid: CodePairGrid
 ) -> tuple[Tensor, Tensor, Tensor] | None:
     """``k_1`` masses ``[Qc, K]``, ``e_2`` ``[Qc, K]`` and the log shift ``[Qc, 1]`` of the
-    masses, for codeword scores ``[Qc, 2K]``; ``None`` if a query's masses underflow to zero.
+    masses, for codeword scores ``[Qc, 2K]``; ``None`` if a query's masses lose precision.
 
     The masses are ``e_1(k_1) * sum_{k_2} W[k_1, k_2] e_2(k_2)`` with ``e_b = exp(s_b - max
-    s_b)``; the log normaliser is ``shift + log(sum of the masses)``.
+    s_b)``, the maximum taken over the codewords that have non-empty cells (the others get
+    ``e_b = 0``); the log normaliser is ``shift + log(sum of the masses)``. When the non-empty
+    cells lie far below both peaks, the products fall into float32's subnormal range, where
+    they lose relative precision, or underflow to zero; a query whose total mass is below
+    :data:`_MASS_FLOOR` times ``sum(W) + K`` (which bounds the mass those roundings can lose)
+    makes the chunk go to the table instead, which shifts by the best non-empty cell.
     """
     k = grid.weights.shape[0]
     per_book = scores.view(scores.shape[0], 2, k)
-    peak = per_book.amax(2, keepdim=True)
-    e_1, e_2 = per_book.sub(peak).exp_().unbind(1)
+    live = torch.stack([grid.weights.sum(1) > 0, grid.weights.sum(0) > 0])
+    peak = per_book.masked_fill(~live, -math.inf).amax(2, keepdim=True)
+    # Codewords without non-empty cells may score above the peak: zero them before any product.
+    e_1, e_2 = per_book.sub(peak).exp_().masked_fill_(~live, 0.0).unbind(1)
     masses = (e_2 @ grid.weights.T).mul_(e_1)
-    if not bool((masses.sum(1) > 0).all()):
+    floor = _MASS_FLOOR * (float(grid.weights.sum()) + k)
+    if not bool((masses.sum(1) >= floor).all()):
         return None
     return masses, e_2, peak.sum(1)
 
