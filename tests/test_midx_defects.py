@@ -1,4 +1,4 @@
-"""MIDX on extreme inputs: factorised masses far below the codebooks' peaks."""
+"""MIDX on extreme inputs: factorised masses far below the codebooks' peaks, non-finite queries."""
 
 from __future__ import annotations
 
@@ -37,3 +37,20 @@ def test_draws_far_below_the_peaks_fit_the_reported_probabilities(cell_draw: str
     ids, _ = sampler.sample(query, 40_000, generator=torch.Generator().manual_seed(2))
     probs = sampler.catalog_log_prob(query).exp()
     assert chi_square_pvalue(ids, probs) > 1e-3
+
+
+@pytest.mark.parametrize("method", ["sample", "log_prob", "catalog_log_prob"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_query_rows_are_named(method: str, bad: float) -> None:
+    sampler = MIDXSampler(300, 5, num_codewords=8)
+    sampler.update(torch.randn(301, 16, generator=torch.Generator().manual_seed(0)))
+    query = torch.randn(9, 16)
+    query[3, 5] = bad
+    query[7] = bad
+    calls = {
+        "sample": lambda: sampler.sample(query, 5),
+        "log_prob": lambda: sampler.log_prob(query, torch.ones(9, 2, dtype=torch.long)),
+        "catalog_log_prob": lambda: sampler.catalog_log_prob(query),
+    }
+    with pytest.raises(ValueError, match=r"^query rows \[3, 7\] are not finite"):
+        calls[method]()
