@@ -27,7 +27,7 @@ A cell is drawn in one of two ways:
   ``M``.
   Each codebook's scores are shifted by their maximum over the codewords with non-empty cells
   before the exp; should the masses of a query still fall towards float32's subnormal range
-  (the non-empty cells tens of nats below both peaks), its chunk falls back to the table.
+  (the non-empty cells some 80 nats below both peaks), its chunk falls back to the table.
 
 Either way the draw reports ``log Z``, so ``log q`` is normalised for drawn ids and any other id.
 """
@@ -56,8 +56,8 @@ _UNCACHED_CELL_COST = 4
 
 #: Least total mass, per unit of ``sum(W) + K``, of a query's factorised masses: each subnormal
 #: or underflowed product loses at most ``2**-149`` per unit weight, so above this floor the
-#: roundings cost under ``2**-40`` of the total.
-_MASS_FLOOR = 2.0**-100
+#: roundings cost under ``2**-29`` of the total, below float32's own rounding.
+_MASS_FLOOR = 2.0**-120
 
 
 class CodePairGrid(NamedTuple):
