@@ -121,6 +121,24 @@ def check_query(query: Tensor) -> None:
         raise ValueError(f"query must be floating point, got {query.dtype}")
 
 
+def check_finite_query(query: Tensor) -> None:
+    """Raise ``ValueError`` naming the rows of ``query`` with NaN or infinite entries.
+
+    One reduction when the query is finite; the rows are only looked for on failure.
+
+    Example:
+        >>> check_finite_query(torch.tensor([[0.0], [float("nan")]]))
+        Traceback (most recent call last):
+        ...
+        ValueError: query rows [1] are not finite (NaN or infinite entries)
+    """
+    if bool(query.isfinite().all()):
+        return
+    rows = (~query.isfinite()).any(1).nonzero().flatten().tolist()
+    shown = ", ".join(map(str, rows[:10])) + (f", ... ({len(rows)} rows)" if len(rows) > 10 else "")
+    raise ValueError(f"query rows [{shown}] are not finite (NaN or infinite entries)")
+
+
 def check_num_samples(num_samples: int) -> None:
     """Raise ``ValueError`` unless ``num_samples`` is a positive integer."""
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:

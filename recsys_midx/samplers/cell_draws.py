@@ -17,20 +17,24 @@ A cell is drawn in one of two ways:
   ``k_2 | k_1`` is drawn from ``e_2 * W[k_1]``, ``K`` work per draw: ``O(M*K)`` per query besides
   the product, against ``O(#cells)`` exps, cumsums and searches for the table. So cells finer
   than the items (``K**2 > N``) cost no scan of the non-empty cells. ``cell_draw="auto"`` picks
-  the cheaper way: two stages when ``K**2 / 256 + 2*M*K <= #cells`` (costs in units of the
-  table's work per cell; about ``2 * M <= K`` on the dense grid). The table remains the cheaper
-  way for many draws per query against few codewords, and on clustered tables whose few
-  non-empty cells make a short sparse table (which ``#cells`` accounts for). The normaliser of
+  the cheaper way: two stages when ``K**2 / 256 + 2*M*K <= #cells``, or ``<= 4 * #cells`` beyond
+  1024 cells, whose table no longer stays in cache (costs in units of the table's work per
+  cell; about ``2 * M <= K`` on a small dense grid, ``M <= 2 * K`` on a large one). The table
+  remains the cheaper way for many draws per query against few codewords, and on clustered
+  tables whose few non-empty cells make a short sparse table (which ``#cells`` accounts for).
+  The normaliser of
   :meth:`~recsys_midx.samplers.midx.MIDXSampler.log_prob` comes from the same product, whatever
   ``M``.
-  Each codebook's scores are shifted by their maximum before the exp; should the masses of a
-  query chunk still underflow (scores hundreds apart), that chunk falls back to the table.
+  Each codebook's scores are shifted by their maximum over the codewords with non-empty cells
+  before the exp; should the masses of a query still fall towards float32's subnormal range
+  (the non-empty cells some 80 nats below both peaks), its chunk falls back to the table.
 
 Either way the draw reports ``log Z``, so ``log q`` is normalised for drawn ids and any other id.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -40,8 +44,20 @@ from recsys_midx.samplers.cell_layout import cell_keys
 from recsys_midx.samplers.draws import inverse_cdf
 
 #: The work of one cell of the table (an exp, a cumsum step and a search) in multiply-adds of the
-#: two-stage matrix product, which runs at full arithmetic throughput; set by timing both ways.
+#: two-stage matrix product, which runs at full arithmetic throughput.
 _MULTIPLY_ADDS_PER_CELL = 256
+
+#: Cells per query up to which a chunk's table stays in cache across its passes (the add, the
+#: exp, the cumsum and the searches); beyond it every pass streams the table through memory.
+_CACHED_TABLE_CELLS = 1024
+
+#: The work of a cell of a table beyond :data:`_CACHED_TABLE_CELLS`, in cells of a cached one.
+_UNCACHED_CELL_COST = 4
+
+#: Least total mass, per unit of ``sum(W) + K``, of a query's factorised masses: each subnormal
+#: or underflowed product loses at most ``2**-149`` per unit weight, so above this floor the
+#: roundings cost under ``2**-29`` of the total, below float32's own rounding.
+_MASS_FLOOR = 2.0**-120
 
 
 class CodePairGrid(NamedTuple):
@@ -60,10 +76,12 @@ class CodePairGrid(NamedTuple):
 def two_stages_are_cheaper(num_codewords: int, num_samples: int, num_cells: int) -> bool:
     """Whether ``num_samples`` draws per query (0: only the normaliser) cost less in two stages.
 
-    The costs are in units of the table's work per cell (an exp, a cumsum and a search), against
-    the table's ``#cells``: ``K**2 / 256`` for the ``[K, K]`` matrix product (a multiply-add is
-    a small fraction of a cell's work) plus ``2*M*K`` for the conditionals (``M`` rows of ``K``
-    weights per query). For the dense grid that is about ``2 * M <= K``.
+    The costs are in units of the work per cell of a table that stays in cache (an exp, a cumsum
+    and a search): ``K**2 / 256`` for the ``[K, K]`` matrix product (a multiply-add is a small
+    fraction of a cell's work) plus ``2*M*K`` for the conditionals (``M`` rows of ``K`` weights
+    per query), against ``#cells`` for the table, times 4 beyond 1024 cells per query, where the
+    table no longer stays in cache. For the dense grid that is about ``2 * M <= K`` up to 1024
+    cells (``K = 32``) and ``M <= 2 * K`` beyond.
 
     Args:
         num_codewords: ``K``.
@@ -74,11 +92,14 @@ def two_stages_are_cheaper(num_codewords: int, num_samples: int, num_cells: int)
         ``True`` when the two-stage draw is the cheaper one.
 
     Example:
-        >>> two_stages_are_cheaper(64, 31, 64 * 64), two_stages_are_cheaper(64, 32, 64 * 64)
+        >>> two_stages_are_cheaper(8, 4, 8 * 8), two_stages_are_cheaper(8, 5, 8 * 8)
+        (True, False)
+        >>> two_stages_are_cheaper(64, 127, 64 * 64), two_stages_are_cheaper(64, 128, 64 * 64)
         (True, False)
     """
     k = num_codewords
-    return k * k // _MULTIPLY_ADDS_PER_CELL + 2 * num_samples * k <= num_cells
+    cell_cost = 1 if num_cells <= _CACHED_TABLE_CELLS else _UNCACHED_CELL_COST
+    return k * k // _MULTIPLY_ADDS_PER_CELL + 2 * num_samples * k <= num_cells * cell_cost
 
 
 def code_pair_grid(
@@ -110,17 +131,25 @@ def factorised_masses(
     scores: Tensor, grid: CodePairGrid
 ) -> tuple[Tensor, Tensor, Tensor] | None:
     """``k_1`` masses ``[Qc, K]``, ``e_2`` ``[Qc, K]`` and the log shift ``[Qc, 1]`` of the
-    masses, for codeword scores ``[Qc, 2K]``; ``None`` if a query's masses underflow to zero.
+    masses, for codeword scores ``[Qc, 2K]``; ``None`` if a query's masses lose precision.
 
     The masses are ``e_1(k_1) * sum_{k_2} W[k_1, k_2] e_2(k_2)`` with ``e_b = exp(s_b - max
-    s_b)``; the log normaliser is ``shift + log(sum of the masses)``.
+    s_b)``, the maximum taken over the codewords that have non-empty cells (the others get
+    ``e_b = 0``); the log normaliser is ``shift + log(sum of the masses)``. When the non-empty
+    cells lie far below both peaks, the products fall into float32's subnormal range, where
+    they lose relative precision, or underflow to zero; a query whose total mass is below
+    :data:`_MASS_FLOOR` times ``sum(W) + K`` (which bounds the mass those roundings can lose)
+    makes the chunk go to the table instead, which shifts by the best non-empty cell.
     """
     k = grid.weights.shape[0]
     per_book = scores.view(scores.shape[0], 2, k)
-    peak = per_book.amax(2, keepdim=True)
-    e_1, e_2 = per_book.sub(peak).exp_().unbind(1)
+    live = torch.stack([grid.weights.sum(1) > 0, grid.weights.sum(0) > 0])
+    peak = per_book.masked_fill(~live, -math.inf).amax(2, keepdim=True)
+    # Codewords without non-empty cells may score above the peak: zero them before any product.
+    e_1, e_2 = per_book.sub(peak).exp_().masked_fill_(~live, 0.0).unbind(1)
     masses = (e_2 @ grid.weights.T).mul_(e_1)
-    if not bool((masses.sum(1) > 0).all()):
+    floor = _MASS_FLOOR * (float(grid.weights.sum()) + k)
+    if not bool((masses.sum(1) >= floor).all()):
         return None
     return masses, e_2, peak.sum(1)
 

@@ -43,6 +43,7 @@ from torch import Tensor
 from recsys_midx.index import IndexModule, make_codebooks
 from recsys_midx.samplers.base import (
     Sampler,
+    check_finite_query,
     check_ids,
     check_item_table,
     check_num_samples,
@@ -233,7 +234,8 @@ class MIDXSampler(Sampler, IndexModule):
 
         Raises:
             RuntimeError: before the first :meth:`update`.
-            ValueError: if ``query`` is not ``[Q, D]`` floating point or ``num_samples < 1``.
+            ValueError: if ``query`` is not ``[Q, D]`` floating point, has NaN or infinite
+                entries (the message names the rows), or ``num_samples < 1``.
 
         Example:
             >>> sampler = MIDXSampler(num_items=500, num_negatives=5, num_codewords=8)
@@ -288,8 +290,8 @@ class MIDXSampler(Sampler, IndexModule):
 
         Raises:
             RuntimeError: before the first :meth:`update`.
-            ValueError: on a malformed ``query``, or ``ids`` that are not integers ``[Q, ...]``
-                in ``0..N`` on the query's device.
+            ValueError: on a malformed or non-finite ``query``, or ``ids`` that are not
+                integers ``[Q, ...]`` in ``0..N`` on the query's device.
         """
         query = self._checked_query(query)
         check_ids(query, ids, self.num_items)
@@ -319,7 +321,7 @@ class MIDXSampler(Sampler, IndexModule):
 
         Raises:
             RuntimeError: before the first :meth:`update`.
-            ValueError: on a malformed ``query``.
+            ValueError: on a malformed or non-finite ``query``.
         """
         query = self._checked_query(query)
         ids = torch.arange(1, self.num_items + 1, device=query.device)
@@ -347,7 +349,8 @@ class MIDXSampler(Sampler, IndexModule):
         )
 
     def _checked_query(self, query: Tensor) -> Tensor:
-        """``query`` as float32 ``[Q, D]``, after checking the index exists and ``D`` fits."""
+        """``query`` as float32 ``[Q, D]``, after checking the index exists, ``D`` fits and the
+        entries are finite (a NaN score would index past the cell tables)."""
         if self.cell_offsets.numel() == 0:
             raise RuntimeError("MIDXSampler has no index yet: call update(item_emb) first")
         check_query(query)
@@ -355,7 +358,9 @@ class MIDXSampler(Sampler, IndexModule):
             raise ValueError(
                 f"query must be [Q, {self.codebooks.dim}], got shape {tuple(query.shape)}"
             )
-        return query.detach().float()
+        query = query.detach().float()
+        check_finite_query(query)
+        return query
 
     def _chunks(self, query: Tensor) -> Iterator[tuple[slice, Tensor]]:
         """Row blocks of the queries, sized to bound the per-chunk tables."""

@@ -1,0 +1,68 @@
+"""MIDX on extreme inputs: factorised masses far below the codebooks' peaks, non-finite queries."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from goodness_of_fit import chi_square_pvalue
+
+from recsys_midx.samplers import MIDXSampler
+from recsys_midx.samplers.cell_draws import two_stages_are_cheaper
+
+
+def _far_below_peaks(cell_draw: str) -> tuple[MIDXSampler, torch.Tensor]:
+    """Two 1-d subspaces, codewords about -1 and +1, items only in the cells (+1, -1) and
+    (-1, +1): for ``z = (51, 51)`` each codebook's best codeword is +1, and both non-empty
+    cells lie about 102 nats below the sum of the peaks, where float32 products are subnormal."""
+    g = torch.Generator().manual_seed(0)
+    first = torch.tensor([1.0, -1.0]) + 1e-3 * torch.randn(100, 2, generator=g)
+    second = torch.tensor([-1.0, 1.0]) + 1e-3 * torch.randn(100, 2, generator=g)
+    sampler = MIDXSampler(200, 100, num_codewords=2, cell_draw=cell_draw)
+    sampler.update(torch.cat([torch.zeros(1, 2), first, second]))
+    return sampler, torch.tensor([[51.0, 51.0]])
+
+
+@pytest.mark.parametrize("cell_draw", ["table", "two_stage", "auto"])
+def test_masses_far_below_the_peaks_stay_normalised(cell_draw: str) -> None:
+    sampler, query = _far_below_peaks(cell_draw)
+    ids, log_q = sampler.sample(query, 100, generator=torch.Generator().manual_seed(1))
+    total = sampler.catalog_log_prob(query).double().exp().sum()
+    assert abs(float(total) - 1.0) < 1e-5
+    torch.testing.assert_close(sampler.log_prob(query, ids), log_q, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cell_draw", ["table", "two_stage", "auto"])
+def test_draws_far_below_the_peaks_fit_the_reported_probabilities(cell_draw: str) -> None:
+    sampler, query = _far_below_peaks(cell_draw)
+    ids, _ = sampler.sample(query, 40_000, generator=torch.Generator().manual_seed(2))
+    probs = sampler.catalog_log_prob(query).exp()
+    assert chi_square_pvalue(ids, probs) > 1e-3
+
+
+@pytest.mark.parametrize("method", ["sample", "log_prob", "catalog_log_prob"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_query_rows_are_named(method: str, bad: float) -> None:
+    sampler = MIDXSampler(300, 5, num_codewords=8)
+    sampler.update(torch.randn(301, 16, generator=torch.Generator().manual_seed(0)))
+    query = torch.randn(9, 16)
+    query[3, 5] = bad
+    query[7] = bad
+    calls = {
+        "sample": lambda: sampler.sample(query, 5),
+        "log_prob": lambda: sampler.log_prob(query, torch.ones(9, 2, dtype=torch.long)),
+        "catalog_log_prob": lambda: sampler.catalog_log_prob(query),
+    }
+    with pytest.raises(ValueError, match=r"^query rows \[3, 7\] are not finite"):
+        calls[method]()
+
+
+def test_auto_draws_in_two_stages_on_a_diffuse_dense_grid() -> None:
+    # N = 1e5 items spread over all 64 x 64 cells (D = 64), M = 100 draws per query: a table of
+    # 4096 cells per query no longer stays in cache, so its passes cost more than the
+    # conditionals' K multiplies per draw.
+    assert two_stages_are_cheaper(num_codewords=64, num_samples=100, num_cells=64 * 64)
+    # Many more draws than codewords, or a short sparse table, still go to the table.
+    assert not two_stages_are_cheaper(num_codewords=64, num_samples=256, num_cells=64 * 64)
+    assert not two_stages_are_cheaper(num_codewords=256, num_samples=32, num_cells=443)
+    assert two_stages_are_cheaper(num_codewords=256, num_samples=256, num_cells=256 * 256)
