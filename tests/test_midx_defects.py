@@ -8,7 +8,6 @@ import torch
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.samplers import MIDXSampler
-from recsys_midx.samplers.cell_draws import two_stages_are_cheaper
 
 
 def _far_below_peaks(cell_draw: str) -> tuple[MIDXSampler, torch.Tensor]:
@@ -55,14 +54,3 @@ def test_non_finite_query_rows_are_named(method: str, bad: float) -> None:
     }
     with pytest.raises(ValueError, match=r"^query rows \[3, 7\] are not finite"):
         calls[method]()
-
-
-def test_auto_draws_in_two_stages_on_a_diffuse_dense_grid() -> None:
-    # N = 1e5 items spread over all 64 x 64 cells (D = 64), M = 100 draws per query: a table of
-    # 4096 cells per query no longer stays in cache, so its passes cost more than the
-    # conditionals' K multiplies per draw.
-    assert two_stages_are_cheaper(num_codewords=64, num_samples=100, num_cells=64 * 64)
-    # Many more draws than codewords, or a short sparse table, still go to the table.
-    assert not two_stages_are_cheaper(num_codewords=64, num_samples=256, num_cells=64 * 64)
-    assert not two_stages_are_cheaper(num_codewords=256, num_samples=32, num_cells=443)
-    assert two_stages_are_cheaper(num_codewords=256, num_samples=256, num_cells=256 * 256)

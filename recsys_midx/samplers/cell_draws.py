@@ -17,12 +17,10 @@ A cell is drawn in one of two ways:
   ``k_2 | k_1`` is drawn from ``e_2 * W[k_1]``, ``K`` work per draw: ``O(M*K)`` per query besides
   the product, against ``O(#cells)`` exps, cumsums and searches for the table. So cells finer
   than the items (``K**2 > N``) cost no scan of the non-empty cells. ``cell_draw="auto"`` picks
-  the cheaper way: two stages when ``K**2 / 256 + 2*M*K <= #cells``, or ``<= 4 * #cells`` beyond
-  1024 cells, whose table no longer stays in cache (costs in units of the table's work per
-  cell; about ``2 * M <= K`` on a small dense grid, ``M <= 2 * K`` on a large one). The table
-  remains the cheaper way for many draws per query against few codewords, and on clustered
-  tables whose few non-empty cells make a short sparse table (which ``#cells`` accounts for).
-  The normaliser of
+  the cheaper way: two stages when ``K**2 / 256 + 2*M*K <= #cells`` (costs in units of the
+  table's work per cell; about ``2 * M <= K`` on the dense grid). The table remains the cheaper
+  way for many draws per query against few codewords, and on clustered tables whose few
+  non-empty cells make a short sparse table (which ``#cells`` accounts for). The normaliser of
   :meth:`~recsys_midx.samplers.midx.MIDXSampler.log_prob` comes from the same product, whatever
   ``M``.
   Each codebook's scores are shifted by their maximum over the codewords with non-empty cells
@@ -44,15 +42,8 @@ from recsys_midx.samplers.cell_layout import cell_keys
 from recsys_midx.samplers.draws import inverse_cdf
 
 #: The work of one cell of the table (an exp, a cumsum step and a search) in multiply-adds of the
-#: two-stage matrix product, which runs at full arithmetic throughput.
+#: two-stage matrix product, which runs at full arithmetic throughput; set by timing both ways.
 _MULTIPLY_ADDS_PER_CELL = 256
-
-#: Cells per query up to which a chunk's table stays in cache across its passes (the add, the
-#: exp, the cumsum and the searches); beyond it every pass streams the table through memory.
-_CACHED_TABLE_CELLS = 1024
-
-#: The work of a cell of a table beyond :data:`_CACHED_TABLE_CELLS`, in cells of a cached one.
-_UNCACHED_CELL_COST = 4
 
 #: Least total mass, per unit of ``sum(W) + K``, of a query's factorised masses: each subnormal
 #: or underflowed product loses at most ``2**-149`` per unit weight, so above this floor the
@@ -76,12 +67,10 @@ class CodePairGrid(NamedTuple):
 def two_stages_are_cheaper(num_codewords: int, num_samples: int, num_cells: int) -> bool:
     """Whether ``num_samples`` draws per query (0: only the normaliser) cost less in two stages.
 
-    The costs are in units of the work per cell of a table that stays in cache (an exp, a cumsum
-    and a search): ``K**2 / 256`` for the ``[K, K]`` matrix product (a multiply-add is a small
-    fraction of a cell's work) plus ``2*M*K`` for the conditionals (``M`` rows of ``K`` weights
-    per query), against ``#cells`` for the table, times 4 beyond 1024 cells per query, where the
-    table no longer stays in cache. For the dense grid that is about ``2 * M <= K`` up to 1024
-    cells (``K = 32``) and ``M <= 2 * K`` beyond.
+    The costs are in units of the table's work per cell (an exp, a cumsum and a search), against
+    the table's ``#cells``: ``K**2 / 256`` for the ``[K, K]`` matrix product (a multiply-add is
+    a small fraction of a cell's work) plus ``2*M*K`` for the conditionals (``M`` rows of ``K``
+    weights per query). For the dense grid that is about ``2 * M <= K``.
 
     Args:
         num_codewords: ``K``.
@@ -92,14 +81,11 @@ def two_stages_are_cheaper(num_codewords: int, num_samples: int, num_cells: int)
         ``True`` when the two-stage draw is the cheaper one.
 
     Example:
-        >>> two_stages_are_cheaper(8, 4, 8 * 8), two_stages_are_cheaper(8, 5, 8 * 8)
-        (True, False)
-        >>> two_stages_are_cheaper(64, 127, 64 * 64), two_stages_are_cheaper(64, 128, 64 * 64)
+        >>> two_stages_are_cheaper(64, 31, 64 * 64), two_stages_are_cheaper(64, 32, 64 * 64)
         (True, False)
     """
     k = num_codewords
-    cell_cost = 1 if num_cells <= _CACHED_TABLE_CELLS else _UNCACHED_CELL_COST
-    return k * k // _MULTIPLY_ADDS_PER_CELL + 2 * num_samples * k <= num_cells * cell_cost
+    return k * k // _MULTIPLY_ADDS_PER_CELL + 2 * num_samples * k <= num_cells
 
 
 def code_pair_grid(
