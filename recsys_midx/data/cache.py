@@ -29,6 +29,8 @@ from recsys_midx.data.errors import DataError, MissingFilesError
 
 log = logging.getLogger(__name__)
 
+#: The file of every processed folder that holds its dataset's statistics.
+STATS_FILE = "stats.json"
 #: The file of every processed folder that records what its key was computed from.
 SETTINGS_FILE = "settings.json"
 
@@ -144,3 +146,25 @@ def checked_settings(
             f"this code reads version {schema_version}; delete the folder to have it rebuilt"
         )
     return settings
+
+
+def checked_contents(
+    directory: Path, files: Sequence[str], schema_version: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The settings and statistics of a complete processed folder of the expected schema.
+
+    Args:
+        directory: the processed folder.
+        files: the names every complete folder holds (``settings.json`` and ``stats.json``
+            among them).
+        schema_version: the version the reading code understands.
+
+    Returns:
+        ``(settings, stats)``: the contents of ``settings.json`` and ``stats.json``.
+
+    Raises:
+        MissingFilesError: a file of ``files`` is missing.
+        DataError: the folder was written with another schema version.
+    """
+    settings = checked_settings(directory, files, schema_version)
+    return settings, json.loads((directory / STATS_FILE).read_text())

@@ -31,7 +31,6 @@ Files of a processed folder:
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -42,7 +41,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recsys_midx.data.cache import cached, checked_settings, processed_directory, write_json
+from recsys_midx.data.cache import (
+    SETTINGS_FILE,
+    STATS_FILE,
+    cached,
+    checked_contents,
+    processed_directory,
+    write_json,
+)
 from recsys_midx.data.preprocess import TIMESTAMP_ROW_POSITION, ProcessedData, preprocess
 
 if TYPE_CHECKING:
@@ -61,7 +67,7 @@ _SCHEMAS = {
     "user_map.parquet": pa.schema([("user_id", pa.int32()), ("raw_id", pa.string())]),
     "item_map.parquet": pa.schema([("item_id", pa.int32()), ("raw_id", pa.string())]),
 }
-_FILES = (*_SCHEMAS, "stats.json", "settings.json")
+_FILES = (*_SCHEMAS, STATS_FILE, SETTINGS_FILE)
 
 
 @dataclass(frozen=True, eq=False)
@@ -169,7 +175,7 @@ def _write(directory: Path, processed: ProcessedData) -> None:
         table = pa.Table.from_pandas(frame, schema=_SCHEMAS[file_name], preserve_index=False)
         pq.write_table(table, directory / file_name)
     # Statistics keep their natural order (steps in the order they run).
-    write_json(directory / "stats.json", processed.stats, sort_keys=False)
+    write_json(directory / STATS_FILE, processed.stats, sort_keys=False)
 
 
 def load_stats(directory: Path) -> dict[str, Any]:
@@ -189,9 +195,8 @@ def load_stats(directory: Path) -> dict[str, Any]:
         >>> load_stats(Path("datasets/processed/ml-100k-0123456789ab"))["users"]  # doctest: +SKIP
         943
     """
-    directory = Path(directory)
-    checked_settings(directory, _FILES, SCHEMA_VERSION)
-    return json.loads((directory / "stats.json").read_text())
+    _, stats = checked_contents(Path(directory), _FILES, SCHEMA_VERSION)
+    return stats
 
 
 def load_prepared(directory: Path) -> PreparedDataset:
@@ -208,8 +213,7 @@ def load_prepared(directory: Path) -> PreparedDataset:
         DataError: the folder was written with another :data:`SCHEMA_VERSION`.
     """
     directory = Path(directory)
-    settings = checked_settings(directory, _FILES, SCHEMA_VERSION)
-    stats = json.loads((directory / "stats.json").read_text())
+    settings, stats = checked_contents(directory, _FILES, SCHEMA_VERSION)
     return PreparedDataset(
         name=settings["name"],
         directory=directory,

@@ -20,7 +20,6 @@ the training points for validation.
 from __future__ import annotations
 
 import abc
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,7 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from recsys_midx.data.cache import cached, checked_settings, processed_directory, write_json
+from recsys_midx.data.cache import (
+    SETTINGS_FILE,
+    STATS_FILE,
+    cached,
+    checked_contents,
+    processed_directory,
+    write_json,
+)
 from recsys_midx.data.errors import MissingFilesError, XCFormatError
 from recsys_midx.data.xc.containers import XCData
 from recsys_midx.data.xc.parquet import read_parquet, write_parquet
@@ -42,7 +48,7 @@ REPOSITORY_URL = "http://manikvarma.org/downloads/XC/XMLRepository.html"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SPLITS = ("train", "test")
-_FILES = (*(f"{split}.parquet" for split in _SPLITS), "stats.json", "settings.json")
+_FILES = (*(f"{split}.parquet" for split in _SPLITS), STATS_FILE, SETTINGS_FILE)
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,7 +197,7 @@ class XCSource(abc.ABC):
         def write_files(directory: Path, points: tuple[XCData, XCData]) -> None:
             for split, data in zip(_SPLITS, points):
                 write_parquet(directory / f"{split}.parquet", data)
-            write_json(directory / "stats.json", dataset_stats(*points), sort_keys=True)
+            write_json(directory / STATS_FILE, dataset_stats(*points), sort_keys=True)
 
         return cached(
             processed_directory(data_dir, settings), settings, lambda: self.build(data_dir),
@@ -216,8 +222,7 @@ def load_xc_dataset(directory: Path) -> XCDataset:
         DataError: the folder was written with another :data:`SCHEMA_VERSION`.
     """
     directory = Path(directory)
-    settings = checked_settings(directory, _FILES, SCHEMA_VERSION)
-    stats = json.loads((directory / "stats.json").read_text())
+    settings, stats = checked_contents(directory, _FILES, SCHEMA_VERSION)
     train, test = (
         read_parquet(directory / f"{split}.parquet", stats["features"], stats["labels"])
         for split in _SPLITS
