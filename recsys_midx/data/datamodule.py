@@ -18,8 +18,7 @@ from recsys_midx.data.pipeline import PreparedDataset
 from recsys_midx.data.resumable import ResumableLoader
 from recsys_midx.data.sources.base import Source
 from recsys_midx.data.splits import LeaveOneOut, SequenceSplit, Spans, SplitStrategy, Stage
-from recsys_midx.data.train_samples import TrainSamples, check_sample_kind
-from recsys_midx.data.train_samples import left_padded_windows as _left_padded_windows
+from recsys_midx.data.train_samples import TrainSamples, check_sample_kind, left_padded_windows
 from recsys_midx.distributed import eval_sampler
 
 Batch = dict[str, Tensor]
@@ -222,9 +221,9 @@ class SeqRecDataModule(L.LightningDataModule):
         starts, ends = spans.starts[index], spans.ends[index]
         history_width = int((ends - starts).max())
         return {
-            "inputs": torch.from_numpy(_left_padded_windows(split.items, starts, ends, self.max_len)),
+            "inputs": torch.from_numpy(left_padded_windows(split.items, starts, ends, self.max_len)),
             "targets": torch.from_numpy(split.items[ends]),
             "history": torch.from_numpy(
-                _left_padded_windows(split.items, starts, ends, history_width)
+                left_padded_windows(split.items, starts, ends, history_width)
             ),
         }

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from recsys_midx.data.datamodule import _left_padded_windows
+from recsys_midx.data.train_samples import left_padded_windows
 from recsys_midx.lit.seqrec import SeqRecModule
 from recsys_midx.metrics import top_labels
 from recsys_midx.trained import LoadedRun, RunLike, UnknownIdsError, as_loaded_run
@@ -148,7 +148,7 @@ def history_queries(
     lengths = np.fromiter((len(h) for h in histories), dtype=np.int64, count=len(histories))
     ends = np.cumsum(lengths)
     flat = np.concatenate(histories) if len(histories) else np.zeros(0, dtype=np.int64)
-    inputs = _left_padded_windows(flat, ends - lengths, ends, run.datamodule.max_len)
+    inputs = left_padded_windows(flat, ends - lengths, ends, run.datamodule.max_len)
     module = run.module
     module.eval()
     query = module.encode({"inputs": torch.from_numpy(inputs).to(module.device)})
