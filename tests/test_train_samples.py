@@ -7,6 +7,7 @@ item says which interaction it is.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -27,6 +28,11 @@ from recsys_midx.data.splits import LeaveOneOutSplit, SequenceSplit
 from recsys_midx.data.time_split import GlobalTimeSplit
 from recsys_midx.data.train_samples import SAMPLE_KINDS, TrainSamples
 from recsys_midx.errors import ConfigError
+from recsys_midx.heads import DotHead
+from recsys_midx.lit import SeqRecModule
+from recsys_midx.losses import SoftmaxLoss
+from recsys_midx.models import SASRec
+from recsys_midx.samplers import FullSampler
 from recsys_midx.experiment import train
 
 MAX_LEN = 4
@@ -66,8 +72,10 @@ def _training_targets(split: SequenceSplit) -> list[int]:
 
 
 def _queries(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The positions a training step learns from (real input and real target), as it picks them."""
-    is_query = (batch["targets"] > 0) & (batch["inputs"] > 0)
+    """The positions a training step learns from (real input and real target), as it picks them:
+    the last ``targets.shape[1]`` input positions."""
+    inputs = batch["inputs"][:, -batch["targets"].shape[1]:]
+    is_query = (batch["targets"] > 0) & (inputs > 0)
     return is_query, batch["targets"][is_query]
 
 
@@ -83,6 +91,7 @@ def test_windows_cover_every_training_target_with_windows_stride_apart(stride: i
     is_query, targets = _queries(batch)
     assert set(targets.tolist()) == set(_training_targets(split))
     # Every position of a window is a query: each target follows its input item.
+    assert batch["targets"].shape == batch["inputs"].shape
     assert torch.equal(batch["inputs"][is_query] + 1, targets)
     # A window holds at most max_len + 1 items, the last one the target of the last position.
     lengths = (batch["inputs"] > 0).sum(1) + 1
@@ -107,8 +116,8 @@ def test_prefixes_give_one_sample_per_training_target() -> None:
     assert len(samples) == sum(length - 2 - 1 for length in LENGTHS) == 42
     batch = _all(samples)
     is_query, targets = _queries(batch)
-    assert is_query[:, :-1].sum() == 0 and bool(is_query[:, -1].all())
-    assert (batch["targets"][:, :-1] == 0).all()
+    # One target per sample, after its last input position.
+    assert batch["targets"].shape == (42, 1) and bool(is_query.all())
     assert Counter(targets.tolist()) == Counter(_training_targets(split))
     spans = split.spans("train")
     for inputs, target in zip(batch["inputs"].tolist(), targets.tolist()):
@@ -116,6 +125,17 @@ def test_prefixes_give_one_sample_per_training_target() -> None:
         start = int(spans.starts[np.searchsorted(spans.starts, position, side="right") - 1])
         before = split.items[max(start, position - MAX_LEN):position].tolist()
         assert inputs == [0] * (MAX_LEN - len(before)) + before
+
+
+def test_a_prefix_batch_trains_the_last_query_as_the_full_encoder_would() -> None:
+    split = _leave_one_out()
+    batch = _all(TrainSamples(split.items, split.spans("train"), MAX_LEN, "prefixes"))
+    torch.manual_seed(0)
+    encoder = SASRec(num_items=int(split.items.max()), dim=8, num_heads=2, max_len=MAX_LEN)
+    module = SeqRecModule(encoder, DotHead(), FullSampler(encoder.num_items),
+                          SoftmaxLoss(), functools.partial(torch.optim.Adam)).eval()
+    expected = module.objective(encoder(batch["inputs"])[:, -1], batch["targets"][:, 0])
+    torch.testing.assert_close(module.training_step(batch, 0), expected)
 
 
 def test_last_window_is_each_users_last_max_len_plus_one_items() -> None:

@@ -93,7 +93,7 @@ class TrainSamples:
         >>> spans = Spans(np.array([0]), np.array([4]))
         >>> samples = TrainSamples(np.array([1, 2, 3, 4]), spans, max_len=2, kind="prefixes")
         >>> len(samples), samples.batch(np.array([2]))["targets"].tolist()
-        (3, [[0, 4]])
+        (3, [[4]])
     """
 
     def __init__(
@@ -138,12 +138,11 @@ class TrainSamples:
         return rows, self.stops[rows] - k * self.stride
 
     def batch(self, samples: np.ndarray) -> dict[str, Tensor]:
-        """``inputs`` and next-item ``targets`` of samples ``samples``, ``int64 [B, max_len]``.
+        """``inputs`` ``int64 [B, max_len]`` and next-item ``targets`` of samples ``samples``.
 
         Each window is left-padded with 0; ``targets`` is ``inputs`` shifted by one position,
-        except for ``prefixes``, whose targets are 0 but at the last position, so a training
-        step that takes positions with a real input and a real target as queries trains on the
-        last one only.
+        ``[B, max_len]``, except for ``prefixes``, whose ``targets`` ``[B, 1]`` is the item
+        after the last input position only: the training step then encodes that position only.
 
         Args:
             samples: ``int [B]`` sample indices in ``0..len - 1``.
@@ -153,7 +152,5 @@ class TrainSamples:
         """
         rows, ends = self.locate(samples)
         window = left_padded_windows(self.items, self.starts[rows], ends, self.max_len + 1)
-        targets = window[:, 1:]
-        if self.kind == "prefixes":
-            targets = np.where(np.arange(self.max_len) == self.max_len - 1, targets, 0)
+        targets = window[:, -1:] if self.kind == "prefixes" else window[:, 1:]
         return {"inputs": torch.from_numpy(window[:, :-1]), "targets": torch.from_numpy(targets)}

@@ -17,7 +17,8 @@ from recsys_midx.protocols import NegativeSampler, Objective
 class SeqRecModule(CatalogModule):
     """Trains a sequence encoder with a (sampled) softmax over its own item table.
 
-    Every non-padded position of a training sequence is a next-item query. Validation and test
+    Every non-padded position of a training sequence is a next-item query (the last one only
+    when a batch's ``targets`` has one column, as ``train_samples=prefixes`` makes). Validation and test
     rank each user's held-out item against the whole catalog and report HR, NDCG and MRR at
     ``ks``, logged as ``val/ndcg@10``, ``test/hr@20``, ...
 
@@ -57,7 +58,10 @@ class SeqRecModule(CatalogModule):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         inputs, targets = batch["inputs"], batch["targets"]
-        queries = self.encoder(inputs)
+        if targets.shape[1] == 1:  # one sample per target (prefixes): only the last position
+            queries, inputs = self.encoder.encode_last(inputs)[:, None], inputs[:, -1:]
+        else:
+            queries = self.encoder(inputs)
         # A position trains only when it has both a real input item and a real next item.
         is_query = (targets > 0) & (inputs > 0)
         loss = self.objective(queries[is_query], targets[is_query])

@@ -52,6 +52,15 @@ class SequenceEncoder(nn.Module, abc.ABC):
             item at ``t + 1``.
         """
 
+    def encode_last(self, item_seq: Tensor) -> Tensor:
+        """The query after the last input item, ``[B, D]``: ``self(item_seq)[:, -1]``, which an
+        encoder may compute more cheaply (SASRec's last block computes that position only).
+
+        Args:
+            item_seq: ``[B, L]`` left-padded item ids.
+        """
+        return self(item_seq)[:, -1]
+
     def _check_input(self, item_seq: Tensor) -> None:
         if item_seq.dim() != 2:
             raise ValueError(f"item_seq must be [batch, length], got shape {tuple(item_seq.shape)}")

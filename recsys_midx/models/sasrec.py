@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -10,54 +11,89 @@ from torch import Tensor, nn
 
 from recsys_midx.models.base import SequenceEncoder
 
+#: Where the LayerNorm of a block sits: before each sublayer (``pre``) or after each residual
+#: sum (``post``, as in the original Transformer and RecBole's SASRec).
+NormPlacement = Literal["pre", "post"]
+#: Which item gets position 0: the last input item (``last``: a query's own position is always
+#: the same) or the first real item of the sequence (``first``: positions count its history).
+PositionOrigin = Literal["last", "first"]
+
 
 class _CausalSelfAttentionBlock(nn.Module):
-    """Pre-norm transformer block: attention then a position-wise feed-forward network."""
+    """Transformer block: causal self-attention then a position-wise feed-forward network."""
 
-    def __init__(self, dim: int, num_heads: int, dropout: float) -> None:
+    def __init__(
+        self, dim: int, num_heads: int, dropout: float, attention_dropout: float,
+        norm: NormPlacement, ffn_dropout: bool,
+    ) -> None:
         super().__init__()
-        self.num_heads = num_heads
+        self.num_heads, self.pre_norm = num_heads, norm == "pre"
         self.attn_norm = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
         self.ffn_norm = nn.LayerNorm(dim)
+        hidden_dropout = [nn.Dropout(dropout)] if ffn_dropout else []
         self.ffn = nn.Sequential(
-            nn.Linear(dim, 4 * dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(4 * dim, dim)
+            nn.Linear(dim, 4 * dim), nn.GELU(), *hidden_dropout, nn.Linear(4 * dim, dim)
         )
         self.dropout = nn.Dropout(dropout)
-        self.attn_dropout = dropout
+        self.attn_dropout = attention_dropout
 
-    def forward(self, x: Tensor, allowed: Tensor) -> Tensor:
+    def forward(self, x: Tensor, allowed: Tensor, last_only: bool = False) -> Tensor:
+        """Positions ``x`` ``[B, L, D]`` -> ``[B, L, D]``, or ``[B, 1, D]`` for the last
+        position only (``last_only``: keys and values still come from every position)."""
         batch, length, dim = x.shape
-        q, k, v = (
-            self.qkv(self.attn_norm(x))
-            .view(batch, length, 3, self.num_heads, dim // self.num_heads)
-            .permute(2, 0, 3, 1, 4)
-        )
+        heads = lambda t: t.view(batch, -1, self.num_heads, dim // self.num_heads).transpose(1, 2)
+        normed = self.attn_norm(x) if self.pre_norm else x
+        if last_only:
+            # Split the fused projection: only the last position needs a query.
+            q = heads(F.linear(normed[:, -1:], self.qkv.weight[:dim], self.qkv.bias[:dim]))
+            k, v = F.linear(normed, self.qkv.weight[dim:], self.qkv.bias[dim:]).chunk(2, dim=-1)
+            k, v, allowed, x = heads(k), heads(v), allowed[:, :, -1:], x[:, -1:]
+        else:
+            q, k, v = (
+                self.qkv(normed)
+                .view(batch, length, 3, self.num_heads, dim // self.num_heads)
+                .permute(2, 0, 3, 1, 4)
+            )
         attended = F.scaled_dot_product_attention(
             q, k, v, attn_mask=allowed, dropout_p=self.attn_dropout if self.training else 0.0
         )
-        x = x + self.dropout(self.out(attended.transpose(1, 2).reshape(batch, length, dim)))
-        return x + self.dropout(self.ffn(self.ffn_norm(x)))
+        x = x + self.dropout(self.out(attended.transpose(1, 2).reshape(batch, -1, dim)))
+        if self.pre_norm:
+            return x + self.dropout(self.ffn(self.ffn_norm(x)))
+        x = self.attn_norm(x)
+        return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
 
 class SASRec(SequenceEncoder):
     """Self-attentive sequential recommender.
 
-    Item embeddings (scaled by ``sqrt(D)``) plus learned absolute positions feed ``num_layers``
-    pre-norm causal self-attention blocks; a final layer norm gives the query vectors.
+    Item embeddings (scaled by ``sqrt(D)`` unless ``scale_embeddings=False``) plus learned
+    absolute positions feed ``num_layers`` causal self-attention blocks. With ``norm="pre"`` a
+    final layer norm gives the query vectors; with ``norm="post"`` every block ends with one.
+    The defaults are this project's block; ``norm="post", input_norm=True,
+    scale_embeddings=False, position_origin="first", ffn_dropout=False`` is RecBole's.
 
     Args:
         num_items: ``N``, the number of real items.
         dim: embedding and hidden size ``D``.
         num_layers: number of attention blocks.
         num_heads: attention heads per block; must divide ``dim``.
-        dropout: dropout on embeddings, attention weights and block outputs.
+        dropout: dropout on embeddings, block outputs and (``ffn_dropout``) the feed-forward
+            network's hidden layer.
         max_len: longest input sequence.
         init_std: standard deviation of the normal weight initialisation.
+        attention_dropout: dropout on attention probabilities (``None``: ``dropout``).
+        norm: LayerNorm placement, ``"pre"`` or ``"post"`` (see :data:`NormPlacement`).
+        input_norm: a LayerNorm on the summed item and position embeddings.
+        scale_embeddings: multiply item embeddings by ``sqrt(D)``.
+        position_origin: ``"last"`` or ``"first"`` (see :data:`PositionOrigin`).
+        ffn_dropout: dropout on the feed-forward hidden layer.
 
     Raises:
-        ValueError: if ``num_heads`` does not divide ``dim`` or a size is not positive.
+        ValueError: if ``num_heads`` does not divide ``dim``, a size is not positive, or
+            ``norm`` / ``position_origin`` is not one of its values.
 
     Example:
         >>> encoder = SASRec(num_items=100, dim=32, num_heads=2, max_len=20)
@@ -74,28 +110,56 @@ class SASRec(SequenceEncoder):
         dropout: float = 0.2,
         max_len: int = 50,
         init_std: float = 0.02,
+        attention_dropout: float | None = None,
+        norm: NormPlacement = "pre",
+        input_norm: bool = False,
+        scale_embeddings: bool = True,
+        position_origin: PositionOrigin = "last",
+        ffn_dropout: bool = True,
     ) -> None:
         super().__init__(num_items, dim, max_len)
         if num_heads <= 0 or dim % num_heads:
             raise ValueError(f"num_heads={num_heads} must be positive and divide dim={dim}")
+        if norm not in ("pre", "post"):
+            raise ValueError(f"norm={norm!r} must be 'pre' or 'post'")
+        if position_origin not in ("last", "first"):
+            raise ValueError(f"position_origin={position_origin!r} must be 'last' or 'first'")
         self.pos_emb = nn.Embedding(max_len, dim)
+        self.input_norm = nn.LayerNorm(dim) if input_norm else nn.Identity()
         self.emb_dropout = nn.Dropout(dropout)
+        attention_dropout = dropout if attention_dropout is None else attention_dropout
         self.blocks = nn.ModuleList(
-            _CausalSelfAttentionBlock(dim, num_heads, dropout) for _ in range(num_layers)
+            _CausalSelfAttentionBlock(dim, num_heads, dropout, attention_dropout, norm, ffn_dropout)
+            for _ in range(num_layers)
         )
-        self.final_norm = nn.LayerNorm(dim)
+        self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
+        self.embedding_scale = math.sqrt(dim) if scale_embeddings else 1.0
+        self.position_origin = position_origin
         self._init_normal(init_std)
 
     def forward(self, item_seq: Tensor) -> Tensor:
+        return self._encode(item_seq, last_only=False)
+
+    def encode_last(self, item_seq: Tensor) -> Tensor:
+        """The query after the last item, ``[B, D]``: the last block computes that position only."""
+        return self._encode(item_seq, last_only=True)[:, -1]
+
+    def _encode(self, item_seq: Tensor, last_only: bool) -> Tensor:
         self._check_input(item_seq)
-        length = item_seq.shape[1]
-        positions = torch.arange(length, device=item_seq.device)
-        x = self.item_emb(item_seq) * math.sqrt(self.dim) + self.pos_emb(positions)
-        x = self.emb_dropout(x)
+        x = self.item_emb(item_seq) * self.embedding_scale + self.pos_emb(self._positions(item_seq))
+        x = self.emb_dropout(self.input_norm(x))
         allowed = self._attention_mask(item_seq)
-        for block in self.blocks:
-            x = block(x, allowed)
+        for index, block in enumerate(self.blocks):
+            x = block(x, allowed, last_only=last_only and index == len(self.blocks) - 1)
         return self.final_norm(x)
+
+    def _positions(self, item_seq: Tensor) -> Tensor:
+        """Position ids, ``[L]`` (origin ``last``) or ``[B, L]`` (origin ``first``; padding: 0)."""
+        positions = torch.arange(item_seq.shape[1], device=item_seq.device)
+        if self.position_origin == "last":
+            return positions
+        padding = (item_seq == 0).sum(dim=1, keepdim=True)  # sequences are left-padded
+        return (positions - padding).clamp(min=0)
 
     @staticmethod
     def _attention_mask(item_seq: Tensor) -> Tensor:
