@@ -47,7 +47,8 @@ def _generator(seed: int = 0) -> torch.Generator:
 
 
 def _popularity() -> PopularitySampler:
-    counts = torch.cat([torch.zeros(1), torch.floor(500.0 * torch.arange(1.0, NUM_ITEMS + 1) ** -1)])
+    ranks = torch.arange(1.0, NUM_ITEMS + 1)
+    counts = torch.cat([torch.zeros(1), torch.floor(500.0 / ranks)])  # Zipf-like, none zero
     sampler = PopularitySampler(NUM_ITEMS, NUM_NEGATIVES)
     sampler.update(torch.zeros(NUM_ITEMS + 1, DIM), counts.long())
     return sampler

@@ -5,7 +5,8 @@
 choice between the exact loss (exhaustive samplers) and the sampled one, and the draw of
 negatives with their ``log q``
 (:func:`draw_negatives`, or :func:`draw_mixture_negatives` for heads with several queries per
-context; :func:`draw_shared_negatives` for one set of negatives shared by the whole batch). :class:`SoftmaxLoss` (one target per query) and
+context; :func:`draw_shared_negatives` for one set of negatives shared by the whole batch).
+:class:`SoftmaxLoss` (one target per query) and
 :class:`~recsys_midx.losses.multilabel.MultiLabelSoftmaxLoss` (several positives per query) only
 name the functions (:class:`LossFunctions`) computing the exact and the sampled losses: for the
 plain dot product and for a head that transforms the scores or has several queries.
@@ -268,8 +269,9 @@ class CatalogSoftmax(torch.nn.Module):
     component queries and a prior, already divided by the head's temperature), computes the
     exact loss when the sampler is exhaustive, and otherwise draws negatives for the scaled
     queries (:func:`draw_negatives`; :func:`draw_mixture_negatives` for several queries;
-    :func:`draw_shared_negatives` with ``shared_negatives``) and computes the sampled loss. The head's pointwise transform applies to the scaled scores,
-    before the logQ correction. With a single query and no transform
+    :func:`draw_shared_negatives` with ``shared_negatives``) and computes the sampled loss.
+    The head's pointwise transform applies to the scaled scores, before the logQ correction.
+    With a single query and no transform
     (:class:`~recsys_midx.heads.DotHead`, :class:`~recsys_midx.heads.MoEHead`) the plain
     :meth:`exact_loss` / :meth:`sampled_loss` run; otherwise :meth:`head_exact_loss` /
     :meth:`head_sampled_loss`. Every head is accepted (``accepted_heads``).
