@@ -61,6 +61,9 @@ class NegativeSampler(RefreshableIndex, Protocol):
     Attributes:
         exhaustive: ``True`` for the sampler that stands for "no sampling" (the objective then
             computes the exact softmax over the catalog).
+        query_independent: ``True`` when ``q(i | z)`` does not depend on ``z``; an objective
+            that draws negatives for the whole batch from the mixture of its queries' proposals
+            (``loss.shared_negatives``) then scores ids under one query instead of all.
         num_items: ``N``.
         num_negatives: ``M``, negatives the objective draws per query.
 
@@ -74,6 +77,7 @@ class NegativeSampler(RefreshableIndex, Protocol):
     """
 
     exhaustive: ClassVar[bool]
+    query_independent: ClassVar[bool]
     num_items: int
     num_negatives: int
 

@@ -18,6 +18,7 @@ from .softmax import (
     SoftmaxLoss,
     draw_mixture_negatives,
     draw_negatives,
+    draw_shared_negatives,
 )
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "SoftmaxLoss",
     "draw_mixture_negatives",
     "draw_negatives",
+    "draw_shared_negatives",
     "full_softmax_loss",
     "head_full_softmax_loss",
     "head_logsumexp",

@@ -43,7 +43,7 @@ from .full_softmax import (
     mixture_log_prob,
     without_autocast,
 )
-from .sampled_softmax import check_negatives
+from .sampled_softmax import accidental_hits, check_negatives, score_negatives
 from .softmax import CatalogSoftmax, LossFunctions
 
 
@@ -184,8 +184,9 @@ def multilabel_sampled_softmax_loss(
         query: ``[Q, D]`` query vectors (already divided by any temperature).
         item_emb: ``[N+1, D]`` item table, row 0 padding.
         positives: ``[Q, P]`` positive ids in ``1..N``, padded with ``0``.
-        neg_ids: ``[Q, M]`` negative ids in ``1..N``, drawn for each query.
-        neg_log_q: ``[Q, M]`` normalised ``log q`` of the negatives.
+        neg_ids: ``[Q, M]`` negative ids in ``1..N``, drawn for each query, or ``[M]`` shared
+            by all queries.
+        neg_log_q: normalised ``log q`` of the negatives, shaped like ``neg_ids``.
         pos_log_q: ``[Q, P]`` normalised ``log q`` of the positives under the same proposal
             (ignored at padding).
 
@@ -214,8 +215,8 @@ def multilabel_sampled_softmax_loss(
     dtype = compute_dtype(query, item_emb)
     query = query.to(dtype)
     neg_emb, pos_emb = gather_rows(item_emb, [neg_ids, ids], dtype)
-    neg_logits = torch.einsum("qd,qmd->qm", query, neg_emb) - neg_log_q.to(dtype)
-    hits = (neg_ids[:, :, None] == positives[:, None, :]).any(dim=2)
+    neg_logits = score_negatives(query, neg_emb) - neg_log_q.to(dtype)
+    hits = accidental_hits(neg_ids, positives)
     neg_lse = torch.logsumexp(neg_logits.masked_fill(hits, float("-inf")), dim=1)
     pos_scores = (query[rows] * pos_emb).sum(dim=1)
     pos_logits = pos_scores - pos_log_q[rows, columns].to(dtype)
@@ -309,8 +310,8 @@ def multilabel_head_sampled_softmax_loss(
         log_prior: ``[Q, K]`` mixture log-weights, ``None`` for one query per context.
         item_emb: ``[N+1, D]`` label table, row 0 padding.
         positives: ``[Q, P]`` positive ids in ``1..N``, padded with ``0``.
-        neg_ids: ``[Q, M]`` negative ids in ``1..N``.
-        neg_log_q: ``[Q, M]`` normalised ``log q`` of the negatives.
+        neg_ids: ``[Q, M]`` negative ids in ``1..N``, or ``[M]`` shared by all queries.
+        neg_log_q: normalised ``log q`` of the negatives, shaped like ``neg_ids``.
         pos_log_q: ``[Q, P]`` normalised ``log q`` of the positives (ignored at padding).
         transform: the head's pointwise transform ``f`` (identity for none).
 
@@ -340,9 +341,9 @@ def multilabel_head_sampled_softmax_loss(
     dtype = compute_dtype(components, item_emb)
     components = components.to(dtype)
     neg_emb, pos_emb = gather_rows(item_emb, [neg_ids, ids], dtype)
-    neg_logits = transform(torch.einsum("qkd,qmd->qkm", components, neg_emb).to(dtype))
-    neg_logits = neg_logits - neg_log_q.to(dtype)[:, None, :]
-    hits = (neg_ids[:, :, None] == positives[:, None, :]).any(dim=2)
+    neg_logits = transform(score_negatives(components, neg_emb).to(dtype))
+    neg_logits = neg_logits - neg_log_q.to(dtype)[..., None, :]
+    hits = accidental_hits(neg_ids, positives)
     neg_lse = torch.logsumexp(neg_logits.masked_fill(hits[:, None], float("-inf")), dim=-1)
     pos_logits = transform(torch.einsum("tkd,td->tk", components[rows], pos_emb).to(dtype))
     pos_logits = pos_logits - pos_log_q[rows, columns].to(dtype)[:, None]
@@ -366,6 +367,8 @@ class MultiLabelSoftmaxLoss(CatalogSoftmax):
             floats).
         exact_positives: count each positive exactly in the sampled normaliser instead of
             logQ-correcting it like a negative (see :class:`CatalogSoftmax`).
+        shared_negatives: draw one set of negatives for the whole batch, shared by all its
+            points and their positives, instead of one per point (see :class:`CatalogSoftmax`).
 
     Raises:
         ValueError: if ``chunk_size < 1``; on malformed inputs when called.

@@ -1,5 +1,10 @@
 """Sampled softmax with the logQ correction and accidental-hit masking, for the plain dot-product
-softmax and for the general form of a head (transformed scores, several queries per context)."""
+softmax and for the general form of a head (transformed scores, several queries per context).
+
+Negatives come either per query (``neg_ids`` ``[Q, M]``, each query scoring its own rows) or
+shared by the whole batch (``neg_ids`` ``[M]``, see
+:func:`~recsys_midx.losses.draw_shared_negatives`), scored for all queries by one matrix product.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ def check_negatives(
 
     Args:
         positives_shape: ``(Q,)`` for one target per query, ``(Q, P)`` for padded positives.
-        neg_ids: must be integer ``[Q, M]`` ids.
+        neg_ids: must be integer ids, ``[Q, M]`` per query or ``[M]`` shared by the batch.
         neg_log_q: must have the shape of ``neg_ids``.
         pos_log_q: must have ``positives_shape``.
 
@@ -35,8 +40,11 @@ def check_negatives(
     num_queries = positives_shape[0]
     if neg_ids.is_floating_point() or neg_ids.dtype == torch.bool:
         raise ValueError(f"neg_ids must be integer ids, got {neg_ids.dtype}")
-    if neg_ids.dim() != 2 or neg_ids.shape[0] != num_queries:
-        raise ValueError(f"neg_ids must have shape [{num_queries}, M], got {tuple(neg_ids.shape)}")
+    if neg_ids.dim() != 1 and (neg_ids.dim() != 2 or neg_ids.shape[0] != num_queries):
+        raise ValueError(
+            f"neg_ids must have shape [{num_queries}, M], or [M] when shared by the batch, "
+            f"got {tuple(neg_ids.shape)}"
+        )
     if neg_log_q.shape != neg_ids.shape:
         raise ValueError(
             f"neg_log_q must have the shape of neg_ids {tuple(neg_ids.shape)}, "
@@ -47,6 +55,66 @@ def check_negatives(
             f"pos_log_q must have the shape of the positives {tuple(positives_shape)}, "
             f"got {tuple(pos_log_q.shape)}"
         )
+
+
+def score_negatives(queries: Tensor, neg_emb: Tensor) -> Tensor:
+    """Scores of the negatives' rows for ``[Q, D]`` queries or ``[Q, K, D]`` query components.
+
+    Args:
+        queries: ``[Q, D]`` or ``[Q, K, D]``.
+        neg_emb: ``[Q, M, D]`` rows of each query's own negatives, or ``[M, D]`` rows of negatives
+            shared by the batch (then one matrix product, without a per-query copy of the rows).
+
+    Returns:
+        ``[Q, M]`` or ``[Q, K, M]`` scores.
+
+    Example:
+        >>> queries, shared = torch.randn(3, 2, 4), torch.randn(5, 4)
+        >>> per_query = score_negatives(queries, shared.expand(3, 5, 4))
+        >>> torch.allclose(score_negatives(queries, shared), per_query, atol=1e-6)
+        True
+    """
+    if neg_emb.dim() == 2:
+        return queries @ neg_emb.T
+    if queries.dim() == 2:
+        return torch.einsum("qd,qmd->qm", queries, neg_emb)
+    return torch.einsum("qkd,qmd->qkm", queries, neg_emb)
+
+
+def accidental_hits(neg_ids: Tensor, positives: Tensor) -> Tensor:
+    """``[Q, M]`` true where a negative equals one of the query's positives.
+
+    Args:
+        neg_ids: ``[Q, M]`` per-query negatives, or ``[M]`` negatives shared by the batch.
+        positives: ``[Q, P]`` positive ids padded with ``0`` (never drawn, so never a hit).
+
+    Returns:
+        Boolean ``[Q, M]``.
+
+    Example:
+        >>> accidental_hits(torch.tensor([3, 5]), torch.tensor([[5, 0], [1, 2]]))
+        tensor([[False,  True],
+                [False, False]])
+    """
+    return (neg_ids[..., None] == positives[:, None, :]).any(dim=2)
+
+
+def _candidate_scores(
+    components: Tensor, item_emb: Tensor, targets: Tensor, neg_ids: Tensor, dtype: torch.dtype
+) -> Tensor:
+    """``[Q, K, 1 + M]`` scores of the target (column 0) and the negatives for ``[Q, K, D]``
+    query components.
+
+    Per-query negatives are gathered with the target in one lookup (see
+    :func:`~recsys_midx.losses.full_softmax.gather_rows`) and scored in one product; shared
+    negatives are scored by one ``[Q*K, D] x [D, M]`` product.
+    """
+    if neg_ids.dim() == 1:
+        target_emb, neg_emb = gather_rows(item_emb, [targets, neg_ids], dtype)
+        target_scores = torch.einsum("qkd,qd->qk", components, target_emb)
+        return torch.cat([target_scores[..., None], score_negatives(components, neg_emb)], dim=-1)
+    (candidate_emb,) = gather_rows(item_emb, [torch.cat([targets[:, None], neg_ids], dim=1)], dtype)
+    return torch.einsum("qkd,qcd->qkc", components, candidate_emb)
 
 
 def _candidate_logits(
@@ -60,16 +128,13 @@ def _candidate_logits(
     transform: Transform | None = None,
 ) -> Tensor:
     """``[Q, K, 1 + M]`` logQ-corrected logits ``f(s) - log q`` of the target (column 0) and the
-    negatives, accidental hits masked to ``-inf``, for ``[Q, K, D]`` query components.
-
-    The target and its negatives are gathered in one lookup (see
-    :func:`~recsys_midx.losses.full_softmax.gather_rows`) and scored in one product.
-    """
-    (candidate_emb,) = gather_rows(item_emb, [torch.cat([targets[:, None], neg_ids], dim=1)], dtype)
-    scores = torch.einsum("qkd,qcd->qkc", components, candidate_emb)
+    negatives (``[Q, M]`` per query or ``[M]`` shared), accidental hits masked to ``-inf``, for
+    ``[Q, K, D]`` query components."""
+    scores = _candidate_scores(components, item_emb, targets, neg_ids, dtype)
     if transform is not None:
         scores = transform(scores)
-    log_q = torch.cat([pos_log_q[:, None], neg_log_q], dim=1).to(dtype)
+    per_query_log_q = neg_log_q.expand(targets.shape[0], -1)  # a view: shared [M] to [Q, M]
+    log_q = torch.cat([pos_log_q[:, None], per_query_log_q], dim=1).to(dtype)
     accidental_hits = F.pad(neg_ids == targets[:, None], (1, 0), value=False)
     return (scores - log_q[:, None, :]).masked_fill(accidental_hits[:, None, :], float("-inf"))
 
@@ -95,8 +160,9 @@ def sampled_softmax_loss(
         query: ``[Q, D]`` query vectors (already divided by any temperature).
         item_emb: ``[N+1, D]`` item table, row 0 padding.
         targets: ``[Q]`` target ids in ``1..N``.
-        neg_ids: ``[Q, M]`` negative ids in ``1..N``.
-        neg_log_q: ``[Q, M]`` normalised ``log q`` of the negatives under the proposal.
+        neg_ids: ``[Q, M]`` negative ids in ``1..N``, or ``[M]`` shared by all queries.
+        neg_log_q: normalised ``log q`` of the negatives under the proposal, shaped like
+            ``neg_ids``.
         pos_log_q: ``[Q]`` normalised ``log q`` of the targets under the same proposal.
 
     Returns:
@@ -152,8 +218,8 @@ def head_sampled_softmax_loss(
         log_prior: ``[Q, K]`` mixture log-weights, ``None`` for one query per context.
         item_emb: ``[N+1, D]`` item table, row 0 padding.
         targets: ``[Q]`` target ids in ``1..N``.
-        neg_ids: ``[Q, M]`` negative ids in ``1..N``.
-        neg_log_q: ``[Q, M]`` normalised ``log q`` of the negatives.
+        neg_ids: ``[Q, M]`` negative ids in ``1..N``, or ``[M]`` shared by all queries.
+        neg_log_q: normalised ``log q`` of the negatives, shaped like ``neg_ids``.
         pos_log_q: ``[Q]`` normalised ``log q`` of the targets.
         transform: the head's pointwise transform ``f`` (identity for none).
 

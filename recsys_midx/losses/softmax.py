@@ -5,7 +5,8 @@
 choice between the exact loss (exhaustive samplers) and the sampled one, and the draw of
 negatives with their ``log q``
 (:func:`draw_negatives`, or :func:`draw_mixture_negatives` for heads with several queries per
-context). :class:`SoftmaxLoss` (one target per query) and
+context; :func:`draw_shared_negatives` for one set of negatives shared by the whole batch).
+:class:`SoftmaxLoss` (one target per query) and
 :class:`~recsys_midx.losses.multilabel.MultiLabelSoftmaxLoss` (several positives per query) only
 name the functions (:class:`LossFunctions`) computing the exact and the sampled losses: for the
 plain dot product and for a head that transforms the scores or has several queries.
@@ -31,8 +32,9 @@ class Negatives(NamedTuple):
     """Negatives drawn for a batch of queries, with the proposal's ``log q``.
 
     Attributes:
-        ids: ``[Q, M]`` negative ids in ``1..N``.
-        log_q: ``[Q, M]`` normalised ``log q`` of ``ids``.
+        ids: ``[Q, M]`` negative ids in ``1..N``, or ``[M]`` shared by all queries
+            (:func:`draw_shared_negatives`).
+        log_q: normalised ``log q`` of ``ids``, shaped like them.
         positive_log_q: ``log q`` of the positives, shaped like the positives given to
             :func:`draw_negatives` (``-inf`` at padding id ``0``), or
             :func:`exact_positive_log_q` when the positives are counted exactly.
@@ -160,8 +162,86 @@ def draw_mixture_negatives(
     return Negatives(ids, _balance_log_q(sampler, flat, ids), positive_log_q)
 
 
+#: Most (query, id) pairs one call of the sampler scores for the batch mixture's ``log q``: the
+#: queries go in blocks so that a block's ``[rows, ids]`` temporaries stay bounded.
+_MIXTURE_BLOCK_PAIRS = 1 << 22
+
+
+def _batch_mixture_log_q(sampler: Sampler, queries: Tensor, ids: Tensor) -> Tensor:
+    """``log((1/Q) sum_q q(ids | z_q))`` ``[n]`` for ``queries`` ``[Q, D]`` and ``ids`` ``[n]``.
+
+    For a query-independent sampler the mixture is the proposal: one query scores the ids.
+    Otherwise every query scores every id, a block of queries per call of the sampler.
+    """
+    if sampler.query_independent:
+        return sampler.log_prob(queries[:1], ids[None])[0]
+    rows_per_call = max(1, _MIXTURE_BLOCK_PAIRS // len(ids))
+    block_sums = [
+        torch.logsumexp(sampler.log_prob(block, ids.expand(len(block), -1)), dim=0)
+        for block in queries.split(rows_per_call)
+    ]
+    return torch.logsumexp(torch.stack(block_sums), dim=0) - math.log(len(queries))
+
+
+@torch.no_grad()
+def draw_shared_negatives(
+    sampler: Sampler, queries: Tensor, positives: Tensor, exact_positives: bool = False
+) -> Negatives:
+    """``sampler.num_negatives`` negatives shared by every query of the batch, with their ``log q``.
+
+    The ``M`` ids are drawn from the batch mixture ``q_B(i) = (1/Q) sum_q q(i | z_q)`` of the
+    proposals of all ``Q`` queries (all ``Q * K`` component queries for ``[Q, K, D]``): each draw
+    picks a query uniformly and then one id from that query's proposal. For a query-independent
+    sampler (``sampler.query_independent``) the mixture is the proposal itself, so the ``M`` ids
+    are one query's draws. The negatives and the positives get the exact
+    ``log q_B(i) = logsumexp_q log q(i | z_q) - log Q`` (for a query-dependent sampler it costs
+    ``Q`` proposal evaluations per distinct id, the positives' share of which
+    ``exact_positives`` saves), the same for every query, so the logQ-corrected sum over the
+    shared negatives estimates every query's normaliser without bias wherever ``q_B > 0``. The
+    loss then scores the negatives for all queries with one matrix product. As in
+    :func:`draw_negatives`, the sampler sees the queries detached in float32 and first observes
+    the batch's positives.
+
+    Args:
+        sampler: a non-exhaustive sampler.
+        queries: ``[Q, D]`` scaled queries, or ``[Q, K, D]`` scaled component queries.
+        positives: ``[Q]`` target ids in ``1..N``, or ``[Q, P]`` positive ids padded with ``0``.
+        exact_positives: give the positives :func:`exact_positive_log_q` (for ``M`` draws)
+            instead of their mixture ``log q``.
+
+    Returns:
+        ``ids`` ``[M]``, their ``log q`` ``[M]`` and the positives' ``log q`` (shaped like
+        ``positives``, ``-inf`` at padding).
+
+    Example:
+        >>> from recsys_midx.samplers import UniformSampler
+        >>> drawn = draw_shared_negatives(UniformSampler(100, 8), torch.randn(4, 16),
+        ...                               torch.tensor([4, 7, 9, 9]))
+        >>> drawn.ids.shape, round(drawn.positive_log_q[0].exp().item() * 100, 4)
+        (torch.Size([8]), 1.0)
+    """
+    flat = queries.detach().float().reshape(-1, queries.shape[-1])
+    sampler.observe_targets(positives if positives.dim() == 1 else positives[positives > 0])
+    num_drawn = sampler.num_negatives
+    if sampler.query_independent:
+        ids = sampler.sample(flat[:1], num_drawn)[0][0]
+    else:
+        chosen = torch.randint(len(flat), (num_drawn,), device=flat.device)
+        ids = sampler.sample(flat[chosen], 1)[0][:, 0]
+    if exact_positives:
+        log_q = _batch_mixture_log_q(sampler, flat, ids)
+        return Negatives(ids, log_q, exact_positive_log_q(positives, num_drawn))
+    # Each distinct id (padding included: log q = -inf) is scored once.
+    distinct, where = torch.cat([ids, positives.reshape(-1)]).unique(return_inverse=True)
+    log_q = _batch_mixture_log_q(sampler, flat, distinct)[where]
+    return Negatives(ids, log_q[:num_drawn], log_q[num_drawn:].view(positives.shape))
+
+
 class LossFunctions(NamedTuple):
     """The four per-positive loss functions of an objective (each returns one loss per positive).
+
+    The sampled functions take negatives ``neg_ids`` ``[Q, M]`` per query or ``[M]`` shared by
+    the batch, with ``neg_log_q`` shaped alike.
 
     Attributes:
         exact: ``(query, item_emb, targets, chunk_size)``, plain dot-product exact loss.
@@ -188,9 +268,10 @@ class CatalogSoftmax(torch.nn.Module):
     :meth:`forward` takes the head's :class:`~recsys_midx.heads.HeadOutput` (one query or ``K``
     component queries and a prior, already divided by the head's temperature), computes the
     exact loss when the sampler is exhaustive, and otherwise draws negatives for the scaled
-    queries (:func:`draw_negatives`; :func:`draw_mixture_negatives` for several queries) and
-    computes the sampled loss. The head's pointwise transform applies to the scaled scores,
-    before the logQ correction. With a single query and no transform
+    queries (:func:`draw_negatives`; :func:`draw_mixture_negatives` for several queries;
+    :func:`draw_shared_negatives` with ``shared_negatives``) and computes the sampled loss.
+    The head's pointwise transform applies to the scaled scores, before the logQ correction.
+    With a single query and no transform
     (:class:`~recsys_midx.heads.DotHead`, :class:`~recsys_midx.heads.MoEHead`) the plain
     :meth:`exact_loss` / :meth:`sampled_loss` run; otherwise :meth:`head_exact_loss` /
     :meth:`head_sampled_loss`. Every head is accepted (``accepted_heads``).
@@ -209,6 +290,10 @@ class CatalogSoftmax(torch.nn.Module):
             reproduces a peaked softmax only coarsely), the positive dominates the estimate and
             its gradient ``-(1 - p(p))`` shrinks towards 0. Counted exactly, it does not depend
             on ``q(p)``.
+        shared_negatives: draw one set of ``M = sampler.num_negatives`` negatives for the whole
+            batch from the mixture of its queries' proposals (:func:`draw_shared_negatives`)
+            instead of ``M`` per query, and score them for all queries with one matrix product.
+            Ignored by exhaustive samplers, whose loss is exact.
 
     Raises:
         ValueError: if ``chunk_size < 1``.
@@ -222,12 +307,15 @@ class CatalogSoftmax(torch.nn.Module):
     #: Built from the item table? No: nothing to refresh.
     refreshable: ClassVar[bool] = False
 
-    def __init__(self, chunk_size: int = 32768, exact_positives: bool = False) -> None:
+    def __init__(
+        self, chunk_size: int = 32768, exact_positives: bool = False, shared_negatives: bool = False
+    ) -> None:
         super().__init__()
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.chunk_size = int(chunk_size)
         self.exact_positives = bool(exact_positives)
+        self.shared_negatives = bool(shared_negatives)
 
     def forward(
         self, output: HeadOutput, targets: Tensor, item_emb: Tensor, sampler: Sampler
@@ -252,7 +340,10 @@ class CatalogSoftmax(torch.nn.Module):
             if plain:
                 return self.exact_loss(z, targets, item_emb)
             return self.head_exact_loss(z, log_prior, targets, item_emb, transform)
-        draw = draw_negatives if z.dim() == 2 else draw_mixture_negatives
+        if self.shared_negatives:
+            draw = draw_shared_negatives
+        else:
+            draw = draw_negatives if z.dim() == 2 else draw_mixture_negatives
         negatives = draw(sampler, z, targets, self.exact_positives)
         if plain:
             return self.sampled_loss(z, targets, item_emb, negatives)
@@ -301,7 +392,10 @@ class CatalogSoftmax(torch.nn.Module):
         ).mean()
 
     def extra_repr(self) -> str:
-        return f"chunk_size={self.chunk_size}, exact_positives={self.exact_positives}"
+        return (
+            f"chunk_size={self.chunk_size}, exact_positives={self.exact_positives}, "
+            f"shared_negatives={self.shared_negatives}"
+        )
 
 
 class SoftmaxLoss(CatalogSoftmax):
@@ -319,6 +413,8 @@ class SoftmaxLoss(CatalogSoftmax):
             floats).
         exact_positives: count each positive exactly in the sampled normaliser instead of
             logQ-correcting it like a negative (see :class:`CatalogSoftmax`).
+        shared_negatives: draw one set of negatives for the whole batch instead of one per
+            query (see :class:`CatalogSoftmax`).
 
     Raises:
         ValueError: if ``chunk_size < 1``; on malformed inputs when called (see

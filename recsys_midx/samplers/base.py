@@ -34,6 +34,10 @@ class Sampler(torch.nn.Module, abc.ABC):
     #: True for the sampler that stands for "no sampling": the objective computes the exact
     #: full-softmax cross-entropy instead of drawing negatives.
     exhaustive: ClassVar[bool] = False
+    #: True when ``q(i | z)`` does not depend on the query ``z`` (uniform, popularity, in-batch):
+    #: a mixture of the proposals of several queries is then the proposal itself, so objectives
+    #: that pool the queries of a batch score ids under any one query instead of all of them.
+    query_independent: ClassVar[bool] = False
 
     def __init__(self, num_items: int, num_negatives: int = 100) -> None:
         super().__init__()

@@ -34,6 +34,7 @@ class FullSampler(Sampler):
     """
 
     exhaustive = True
+    query_independent = True
 
     def __init__(self, num_items: int, num_negatives: int | None = None) -> None:
         super().__init__(num_items, num_items)

@@ -34,6 +34,8 @@ class InBatchSampler(Sampler):
         True
     """
 
+    query_independent = True
+
     def __init__(self, num_items: int, num_negatives: int = 100) -> None:
         super().__init__(num_items, num_negatives)
         # The support is rebuilt for every batch on the targets' device, so it is plain state:

@@ -45,6 +45,8 @@ class PopularitySampler(Sampler):
         tensor([[0.1250, 0.5000]])
     """
 
+    query_independent = True
+
     def __init__(
         self, num_items: int, num_negatives: int = 100, alpha: float = 0.75, smoothing: float = 1.0
     ) -> None:

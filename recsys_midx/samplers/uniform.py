@@ -64,6 +64,8 @@ class UniformSampler(Sampler):
         (torch.Size([8, 20]), True)
     """
 
+    query_independent = True
+
     @torch.no_grad()
     def sample(
         self, query: Tensor, num_samples: int, *, generator: torch.Generator | None = None
