@@ -134,6 +134,8 @@ def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> N
     assert _sampler_name(top, exact_positives) == "midx[pq,uniform,exact top 8], exact positives"
     uniform = {"_target_": "recsys_midx.samplers.UniformSampler"}
     assert _sampler_name(uniform, exact_positives) == "uniform, exact positives"
+    shared = {**exact_positives, "shared_negatives": True}
+    assert _sampler_name(uniform, shared) == "uniform, shared, exact positives"
     # EDRep's exact positives are its own (the sampler's negatives are not used).
     edrep = {"_target_": "recsys_midx.losses.EDRepLoss", "exact_positives": True}
     assert _sampler_name(uniform, edrep) == "uniform"

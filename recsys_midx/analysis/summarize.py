@@ -103,7 +103,8 @@ def _head_name(config: dict) -> str:
 def _sampler_name(sampler: dict, loss: dict, callbacks: dict | None = None) -> str:
     """Readable sampler name: the class, with MIDX's quantiser and last stage, and its codewords
     per codebook, step refresh schedule and exact top cells where they differ from the defaults
-    (64, none, none); "exact positives" when a sampled softmax counts the positive exactly."""
+    (64, none, none); "exact positives" when a sampled softmax counts the positive exactly and
+    "shared" when the batch shares its negatives."""
     name = sampler["_target_"].rsplit(".", 1)[-1].removesuffix("Sampler").lower()
     if name == "full":
         return name
@@ -120,6 +121,8 @@ def _sampler_name(sampler: dict, loss: dict, callbacks: dict | None = None) -> s
             parts.append(f"exact top {sampler['exact_top_codewords']}")
         name = f"midx[{','.join(parts)}]"
     sampled_softmax = loss.get("_target_", "").endswith("SoftmaxLoss")
+    if sampled_softmax and loss.get("shared_negatives"):
+        name = f"{name}, shared"
     return f"{name}, exact positives" if sampled_softmax and loss.get("exact_positives") else name
 
 
