@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
 
 from goodness_of_fit import chi_square_pvalue
 
-from recsys_midx.samplers import KernelSampler, LSHSampler, Sampler
+from recsys_midx.samplers import DNSSampler, KernelSampler, LSHSampler, Sampler, SIRSampler
+from recsys_midx.samplers.uniform import random_int62
 
 NUM_ITEMS = 60
 DIM = 8
@@ -216,6 +218,109 @@ def test_exact_samplers_stay_normalised_for_large_norms(name, autocast) -> None:
     assert catalog.double().logsumexp(1).abs().max().item() < 1e-5
 
 
+# --- approximate proposals: SIR and DNS ---------------------------------------------------------
+
+
+def _sir(pool_size: int = 32) -> SIRSampler:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sampler = SIRSampler(NUM_ITEMS, num_negatives=10, pool_size=pool_size, seed=0)
+    sampler.update(_items())
+    return sampler
+
+
+def _dns(pool_size: int = 32) -> DNSSampler:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sampler = DNSSampler(NUM_ITEMS, num_negatives=10, pool_size=pool_size)
+    sampler.update(_items())
+    return sampler
+
+
+def test_sir_and_dns_warn_that_their_log_q_is_approximate() -> None:
+    with pytest.warns(UserWarning, match="approximate log q"):
+        SIRSampler(NUM_ITEMS, 10, pool_size=20)
+    with pytest.warns(UserWarning, match="an approximation"):
+        DNSSampler(NUM_ITEMS, 10, pool_size=20)
+
+
+def test_sir_draws_approach_the_softmax_as_the_pool_grows() -> None:
+    query = _queries(1)
+    softmax = torch.softmax(query @ _items()[1:].T, dim=1)[0].double()
+    distances = []
+    for pool_size in (2, 8, 32, 128):
+        ids, _ = _sir(pool_size).sample(
+            query.expand(4000, -1), 10, generator=torch.Generator().manual_seed(0)
+        )
+        frequencies = torch.bincount(ids.flatten(), minlength=NUM_ITEMS + 1)[1:].double()
+        distances.append(0.5 * float((frequencies / frequencies.sum() - softmax).abs().sum()))
+    # Total variation from the softmax shrinks with the pool, down to the noise of 40k draws.
+    assert all(later < earlier for earlier, later in zip(distances, distances[1:])), distances
+    assert distances[0] > 0.3 and distances[-1] < 0.04, distances
+
+
+def test_sir_log_q_is_the_softmax_with_the_reference_set_normaliser() -> None:
+    sampler = _sir()
+    query = _queries(30)
+    ids, log_q = sampler.sample(query, 20, generator=torch.Generator().manual_seed(0))
+    assert ids.shape == log_q.shape == (30, 20) and log_q.dtype == torch.float32
+    assert int(ids.min()) >= 1 and int(ids.max()) <= NUM_ITEMS
+    items = _items()[1:]
+    scores = query @ items.T
+    reference = scores[:, sampler.reference_ids - 1]
+    expected = scores - reference.logsumexp(1, keepdim=True) - math.log(NUM_ITEMS / 32)
+    torch.testing.assert_close(sampler.catalog_log_prob(query), expected)
+    torch.testing.assert_close(log_q, expected.gather(1, ids - 1))
+    # log_prob gives the positives the normaliser of their negatives.
+    torch.testing.assert_close(sampler.log_prob(query, ids), log_q)
+    assert torch.isneginf(sampler.log_prob(query[:1], torch.tensor([[0]]))).all()
+
+
+def test_dns_keeps_the_best_scored_candidates_of_its_pool() -> None:
+    sampler = _dns(pool_size=32)
+    query = _queries(50)
+    ids, log_q = sampler.sample(query, 5, generator=torch.Generator().manual_seed(4))
+    assert ids.shape == log_q.shape == (50, 5) and ids.dtype == torch.int64
+    assert int(ids.min()) >= 1 and int(ids.max()) <= NUM_ITEMS
+    # The same generator state draws the same pool: the pool's 5 best scores are the drawn ones.
+    words = random_int62((50, 32), query.device, torch.Generator().manual_seed(4))
+    candidates = words.remainder(NUM_ITEMS).add(1)
+    items = _items()[1:]
+    pool_scores = torch.einsum("qd,qld->ql", query, items[candidates - 1])
+    drawn_scores = torch.einsum("qd,qmd->qm", query, items[ids - 1])
+    torch.testing.assert_close(drawn_scores, pool_scores.topk(5, dim=1).values)
+    assert bool(torch.isin(ids, candidates).all())
+    # The documented approximation: the uniform log q, for draws and any other id.
+    torch.testing.assert_close(log_q, torch.full((50, 5), -math.log(NUM_ITEMS)))
+    torch.testing.assert_close(sampler.log_prob(query, ids), log_q)
+    assert torch.isneginf(sampler.log_prob(query[:1], torch.tensor([[0]]))).all()
+
+
+def test_dns_with_one_negative_is_the_hardest_candidate() -> None:
+    sampler = _dns(pool_size=NUM_ITEMS * 20)
+    query = _queries(8)
+    ids, _ = sampler.sample(query, 1, generator=torch.Generator().manual_seed(0))
+    # A pool twenty times the catalog holds the best item of every query.
+    assert torch.equal(ids[:, 0], (query @ _items()[1:].T).argmax(1) + 1)
+
+
+@pytest.mark.parametrize("make", [_sir, _dns])
+def test_pool_samplers_are_reproducible_and_round_trip_state(make) -> None:
+    sampler = make()
+    query = _queries(16)
+    first = sampler.sample(query, 10, generator=torch.Generator().manual_seed(1))
+    again = sampler.sample(query, 10, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fresh = type(sampler)(NUM_ITEMS, 10, pool_size=32)
+    with pytest.raises(RuntimeError, match="update"):
+        fresh.sample(query, 3)
+    fresh.load_state_dict(sampler.state_dict())
+    restored = fresh.sample(query, 10, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(first[0], restored[0]) and torch.equal(first[1], restored[1])
+
+
 # --- errors ------------------------------------------------------------------------------------
 
 
@@ -230,11 +335,19 @@ def test_constructor_validation() -> None:
         LSHSampler(10, 2, num_bits=25)
     with pytest.raises(ValueError, match="uniform_mix"):
         LSHSampler(10, 2, uniform_mix=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="pool_size"):
+            SIRSampler(10, 2, pool_size=0)
+        with pytest.raises(ValueError, match="pool_size"):
+            DNSSampler(10, 5, pool_size=4)
+        with pytest.raises(ValueError, match="pool_size"):
+            DNSSampler(10, 2, pool_size=4).sample(torch.zeros(1, DIM), 5)
 
 
-@pytest.mark.parametrize("name", sorted(EXACT_SAMPLERS))
+@pytest.mark.parametrize("name", [*sorted(EXACT_SAMPLERS), "sir", "dns"])
 def test_malformed_inputs_raise(name) -> None:
-    sampler = EXACT_SAMPLERS[name]()
+    sampler = {**EXACT_SAMPLERS, "sir": _sir, "dns": _dns}[name]()
     with pytest.raises(ValueError, match="query"):
         sampler.sample(torch.zeros(DIM), 3)
     with pytest.raises(ValueError, match="query"):
