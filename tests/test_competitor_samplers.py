@@ -321,6 +321,17 @@ def test_pool_samplers_are_reproducible_and_round_trip_state(make) -> None:
     assert torch.equal(first[0], restored[0]) and torch.equal(first[1], restored[1])
 
 
+@pytest.mark.parametrize("make", [_kernel, _lsh, _sir, _dns])
+def test_built_samplers_move_and_keep_float32_state_under_dtype_casts(make) -> None:
+    sampler = make()
+    query = _queries(8)
+    expected = sampler.sample(query, 10, generator=torch.Generator().manual_seed(2))
+    sampler.cpu().to(torch.bfloat16)
+    assert all(buf.dtype in (torch.float32, torch.int64) for buf in sampler.buffers())
+    actual = sampler.sample(query, 10, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(expected[0], actual[0]) and torch.equal(expected[1], actual[1])
+
+
 # --- errors ------------------------------------------------------------------------------------
 
 

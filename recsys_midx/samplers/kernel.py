@@ -127,7 +127,8 @@ class KernelSampler(Sampler, IndexModule):
         # has float64. Rounding may leave tiny negative eigenvalues of a PSD matrix: clamped.
         values, vectors = torch.linalg.eigh(moments.cpu().double())
         factors = vectors * values.clamp_min(0.0).sqrt()[:, None, :]
-        self.block_factors = factors.to(device=items.device, dtype=torch.float32)
+        # Contiguous: buffers are moved as byte views (see IndexModule).
+        self.block_factors = factors.to(device=items.device, dtype=torch.float32).contiguous()
 
     @torch.no_grad()
     def sample(
