@@ -145,6 +145,21 @@ def test_kernel_probabilities_are_the_normalised_quadratic_kernel(block_size) ->
     torch.testing.assert_close(log_q.double().exp(), expected.gather(1, ids - 1), rtol=1e-5, atol=0)
 
 
+def test_kernel_chunks_rows_and_columns_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    sampler = _kernel()
+    query = _queries(7)
+    expected = sampler.catalog_log_prob(query)
+    ids, _ = sampler.sample(query, 9, generator=torch.Generator().manual_seed(0))
+    expected_drawn = sampler.log_prob(query, ids)
+    # A cap below one query's temporaries: one query, a few ids at a time.
+    monkeypatch.setattr("recsys_midx.samplers.kernel._CHUNK_ELEMENTS", 200)
+    torch.testing.assert_close(sampler.log_prob(query, _all_ids(7)), expected)
+    torch.testing.assert_close(sampler.catalog_log_prob(query), expected)
+    torch.testing.assert_close(sampler.log_prob(query, ids), expected_drawn)
+    ids, log_q = sampler.sample(query, 9, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(log_q, expected.gather(1, ids - 1))
+
+
 def test_kernel_default_block_size_balances_blocks_and_draws() -> None:
     sampler = KernelSampler(10_000, num_negatives=100)
     sampler.update(torch.randn(10_001, 16, generator=torch.Generator().manual_seed(0)))

@@ -222,7 +222,8 @@ class KernelSampler(Sampler, IndexModule):
         query = self._checked_query(query)
         num_blocks, size, dim = self.blocked_items.shape
         out = torch.empty(query.shape[0], self.num_items, device=query.device)
-        rows_per_chunk = max(1, _CHUNK_ELEMENTS // (num_blocks * size))
+        # Per query: N scores (padded to C * B) and the C * D block projections.
+        rows_per_chunk = max(1, _CHUNK_ELEMENTS // (num_blocks * max(size, dim)))
         with full_precision(query.device):
             for start in range(0, query.shape[0], rows_per_chunk):
                 z = query[start : start + rows_per_chunk]
