@@ -24,6 +24,10 @@ SAMPLERS = {
     "midx_pop": "MIDXSampler",
     "midx_rq": "MIDXSampler",
     "midx_exact": "MIDXSampler",
+    "kernel": "KernelSampler",
+    "lsh": "LSHSampler",
+    "sir": "SIRSampler",
+    "dns": "DNSSampler",
 }
 
 
