@@ -97,10 +97,11 @@ def _panels(
     groups = list(frame.groupby(PANEL, sort=True)) if len(frame) else []
     # Wide enough for every bar and its value label once samplers are crossed with heads.
     bars = frame["label"].nunique() if len(frame) else 0
-    width = max(6.5, 0.8 * bars + 2.0)
+    longest = int(frame["label"].str.len().max()) if len(frame) else 0
+    # Wide enough, too, for the longest label in a legend below the axes.
+    width = max(6.5, 0.8 * bars + 2.0, 0.07 * longest)
     # Taller with longer (slanted) bar labels, which would otherwise squeeze the axes until the
     # value labels run into the title.
-    longest = int(frame["label"].str.len().max()) if len(frame) else 0
     height = 3.0 + max(1.5, 0.06 * longest)
     figure = Figure(figsize=(width * max(len(groups), 1), height))
     axes = figure.subplots(1, max(len(groups), 1), squeeze=False)
@@ -139,7 +140,9 @@ def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
         seen.add(label)
     ax.set_xlabel("wall-clock seconds (training + validation, cumulative)")
     ax.set_ylabel("validation NDCG@10")
-    ax.legend(title="sampler (one line per seed)", fontsize=8)
+    # Below the axes: a legend of long labels inside them would hide the curves.
+    ax.legend(title="sampler (one line per seed)", fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.12))
 
 
 def _epoch_bars(ax: Axes, epochs: pd.DataFrame) -> None:
