@@ -10,6 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from recsys_midx.analysis.time_to_quality import time_to_quality, to_markdown
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLER_TARGETS = {
     "full": {"_target_": "recsys_midx.samplers.FullSampler"},
@@ -213,3 +215,35 @@ def _write_two_samplers(tmp_path: Path) -> Path:
     for job, (sampler, seed) in enumerate([("full", 0), ("uniform", 0)]):
         _write_run(tmp_path / "multirun" / str(job), sampler, seed)
     return tmp_path / "multirun"
+
+
+def test_time_to_quality_times_each_share_of_the_exact_softmaxs_best() -> None:
+    def run(sampler: str, path: str, elapsed: list[float], values: list[float]) -> pd.DataFrame:
+        return pd.DataFrame({"dataset": "d", "model": "m", "sampler": sampler, "label": sampler,
+                             "path": path, "elapsed": elapsed, "val/ndcg@10": values})
+
+    epochs = pd.concat([
+        # The exact softmax's best, averaged over its runs: (1.0 + 0.8) / 2 = 0.9.
+        run("full", "f0", [10.0, 20.0, 30.0], [0.5, 0.9, 1.0]),
+        run("full", "f1", [10.0, 20.0], [0.7, 0.8]),
+        run("midx", "m0", [5.0, 10.0], [0.82, 0.88]),   # 90% (0.81) at 5 s, 97% (0.873) at 10 s
+        run("midx", "m1", [6.0, 12.0], [0.7, 0.86]),    # 90% and 95% (0.855) at 12 s, never 97%
+    ], ignore_index=True)
+    table = time_to_quality(epochs).set_index("label")
+    assert table.loc["full", "best share"] == pytest.approx(1.0)
+    assert table.loc["midx", "best share"] == pytest.approx((0.88 + 0.86) / 2 / 0.9)
+    assert table.loc["midx", "s to 0.9"] == pytest.approx((5.0 + 12.0) / 2)
+    assert table.loc["midx", "s to 0.95"] == pytest.approx((10.0 + 12.0) / 2)
+    assert table.loc["midx", "s to 0.97"] == pytest.approx(10.0)
+    assert table.loc["midx", "reached 0.97"] == 1
+    # The exact softmax's own runs: f0 reaches every share at 20 s, f1 not even 90%.
+    assert table.loc["full", "s to 0.9"] == pytest.approx(20.0)
+    markdown = to_markdown(table.reset_index())
+    assert "| d | m | midx | 2 | 96.7% | 8 | 11 | 10 (1/2 runs) |" in markdown
+    assert "| d | m | full | 2 | 100.0% | 20 (1/2 runs) | 20 (1/2 runs) | 20 (1/2 runs) |" in markdown
+
+
+def test_time_to_quality_leaves_out_panels_without_the_exact_softmax() -> None:
+    epochs = pd.DataFrame({"dataset": "d", "model": "m", "sampler": "midx", "label": "midx",
+                           "path": "a", "elapsed": [1.0], "val/ndcg@10": [0.5]})
+    assert time_to_quality(epochs).empty

@@ -2,7 +2,9 @@
 
 Reads every ``results.json`` below the given folders (e.g. a Hydra multirun directory), prints a
 markdown table and writes it as ``summary.md`` and ``summary.csv`` together with three PNG plots
-(see :mod:`recsys_midx.analysis.summary_plots`) in the ``--plots`` folder (default: the first
+(see :mod:`recsys_midx.analysis.summary_plots`) and, when the exact softmax is among the runs, the
+time each group takes to reach 90/95/97% of its best (``time_to_quality.md``, see
+:mod:`recsys_midx.analysis.time_to_quality`) in the ``--plots`` folder (default: the first
 folder). ``--csv FILE`` writes the CSV to another place as well.
 
 Example:
@@ -20,8 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from recsys_midx.analysis.summary_plots import plot_all
+from recsys_midx.analysis.summary_plots import epoch_rows, plot_all, run_label
 from recsys_midx.analysis.sweeps import varying_settings
+from recsys_midx.analysis.time_to_quality import time_to_quality
+from recsys_midx.analysis.time_to_quality import to_markdown as time_to_quality_markdown
 
 METRICS = ["test/ndcg@10", "test/hr@10", "test/mrr@10", "val/ndcg@10"]
 #: Readable names of a run's setup; ``settings`` adds whatever else tells two groups apart.
@@ -169,7 +173,9 @@ def write_report(folders: list[Path], out_dir: Path) -> dict[str, Path]:
 
     Returns:
         The written files by kind: ``markdown``, ``csv``, then the plots (see
-        :func:`recsys_midx.analysis.summary_plots.plot_all`).
+        :func:`recsys_midx.analysis.summary_plots.plot_all`), then ``time_to_quality``
+        (``time_to_quality.md``, see :mod:`recsys_midx.analysis.time_to_quality`) when the
+        runs include the exact softmax.
 
     Raises:
         SystemExit: if no ``results.json`` is found.
@@ -181,6 +187,11 @@ def write_report(folders: list[Path], out_dir: Path) -> dict[str, Path]:
     written["markdown"].write_text(to_markdown(table) + "\n")
     table.to_csv(written["csv"], index=False)
     written.update(plot_all(runs, out_dir))
+    labelled = runs.assign(label=[run_label(row) for _, row in runs.iterrows()])
+    quality = time_to_quality(epoch_rows(labelled))
+    if not quality.empty:
+        written["time_to_quality"] = out_dir / "time_to_quality.md"
+        written["time_to_quality"].write_text(time_to_quality_markdown(quality) + "\n")
     return written
 
 
@@ -202,6 +213,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     written = write_report(args.folders, args.plots or args.folders[0])
     print(written["markdown"].read_text(), end="")
+    if "time_to_quality" in written:
+        print(written["time_to_quality"].read_text(), end="")
     if args.csv:
         args.csv.write_bytes(written["csv"].read_bytes())
     for kind, path in written.items():

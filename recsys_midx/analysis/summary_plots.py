@@ -41,8 +41,8 @@ def plot_all(runs: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     Returns:
         ``{"test_ndcg": PATH, "val_ndcg_vs_time": PATH, "epoch_time": PATH}``.
     """
-    runs = runs.assign(label=[_label(row) for _, row in runs.iterrows()])
-    epochs = _epoch_rows(runs)
+    runs = runs.assign(label=[run_label(row) for _, row in runs.iterrows()])
+    epochs = epoch_rows(runs)
     plots: dict[str, tuple[Callable[[Axes, pd.DataFrame], None], pd.DataFrame, str]] = {
         "test_ndcg": (_test_bars, runs, "Test NDCG@10 per sampler (mean ± std over seeds)"),
         "val_ndcg_vs_time": (_val_curves, epochs, "Validation NDCG@10 against training time"),
@@ -56,7 +56,7 @@ def plot_all(runs: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     return written
 
 
-def _label(row: pd.Series) -> str:
+def run_label(row: pd.Series) -> str:
     """The sampler, with its negatives when it samples (``uniform (M=32)``), the head when it
     is not the plain dot product (``midx (M=32), plif``), and the settings that set the run's
     group apart (``uniform (M=32), model.dim=16``)."""
@@ -70,10 +70,15 @@ def _label(row: pd.Series) -> str:
     return f"{label}, {settings}" if settings else label
 
 
-def _epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every run's ``epochs.csv`` rows with its panel keys, label, seed and cumulative seconds.
+def epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every run's ``epochs.csv`` rows with its panel keys, sampler, label, seed and cumulative
+    seconds (``elapsed``: training plus validation).
 
     A run without ``epochs.csv`` contributes nothing (its results still enter the table).
+
+    Args:
+        runs: one row per run, as returned by ``summarize.load_runs``, with a ``label`` column
+            (:func:`run_label`).
     """
     frames = []
     for _, run in runs.iterrows():
@@ -82,10 +87,10 @@ def _epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
             continue
         epochs = pd.read_csv(path)
         epochs["elapsed"] = (epochs["train_seconds"] + epochs["val_seconds"]).cumsum()
-        for key in [*PANEL, "label", "seed", "path"]:
+        for key in [*PANEL, "sampler", "label", "seed", "path"]:
             epochs[key] = run[key]
         frames.append(epochs)
-    columns = [*PANEL, "label", "seed", "path", "epoch", "elapsed", "train_seconds",
+    columns = [*PANEL, "sampler", "label", "seed", "path", "epoch", "elapsed", "train_seconds",
                "val_seconds", f"val/{_METRIC}"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 

@@ -1,0 +1,98 @@
+"""Time to quality: how soon each group of runs reaches a share of the exact softmax's best.
+
+The reference of a (dataset, model) panel is the exact softmax's best validation metric: the
+highest, over the groups of runs with ``sampler == "full"``, of the mean over the group's runs of
+each run's best epoch. For every group of the panel the table gives the mean of its runs' best
+as a share of the reference and, for each share in ``fractions``, the mean cumulative seconds
+(training plus validation, from ``epochs.csv``) at which its runs first reached it, with how many
+of them did. This is the sampled softmax's promise measured directly: the same quality, sooner.
+
+Example:
+    >>> runs = summarize.load_runs([Path("multirun/frontier")])
+    >>> labelled = runs.assign(label=[run_label(row) for _, row in runs.iterrows()])
+    >>> print(to_markdown(time_to_quality(epoch_rows(labelled))))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from recsys_midx.analysis.summary_plots import PANEL
+
+#: Shares of the exact softmax's best validation metric the table asks about.
+FRACTIONS = (0.90, 0.95, 0.97)
+
+
+def time_to_quality(
+    epochs: pd.DataFrame, fractions: Sequence[float] = FRACTIONS,
+    metric: str = "val/ndcg@10", reference_sampler: str = "full",
+) -> pd.DataFrame:
+    """Best share of the reference and seconds to each share, per group of runs.
+
+    Args:
+        epochs: per-epoch rows of every run, as
+            :func:`~recsys_midx.analysis.summary_plots.epoch_rows` gives them (columns
+            ``dataset``, ``model``, ``sampler``, ``label``, ``path``, ``elapsed``, ``metric``).
+        fractions: shares of the reference to time.
+        metric: the validation metric (higher is better).
+        reference_sampler: the sampler whose best is the reference.
+
+    Returns:
+        One row per (dataset, model, label): ``runs``, ``best share`` and, for each fraction
+        ``f``, ``s to f`` (mean seconds over the runs that reached it; NaN if none did) and
+        ``reached f`` (how many did). Panels without a run of ``reference_sampler`` are left out.
+
+    Raises:
+        KeyError: if ``epochs`` lacks one of the columns above.
+
+    Example:
+        >>> epochs = pd.DataFrame({"dataset": "d", "model": "m", "sampler": ["full"] * 2,
+        ...                        "label": "full", "path": "a", "elapsed": [10.0, 20.0],
+        ...                        "val/ndcg@10": [0.5, 1.0]})
+        >>> time_to_quality(epochs, fractions=[0.9])["s to 0.9"].tolist()
+        [20.0]
+    """
+    rows = []
+    for (dataset, model), panel in epochs.groupby(PANEL, sort=True):
+        exact = panel[panel["sampler"] == reference_sampler]
+        if exact.empty:
+            continue
+        reference = exact.groupby(["label", "path"])[metric].max().groupby("label").mean().max()
+        for label, group in panel.groupby("label", sort=True):
+            row: dict[str, object] = {"dataset": dataset, "model": model, "label": label}
+            runs = [run.sort_values("elapsed") for _, run in group.groupby("path")]
+            row["runs"] = len(runs)
+            row["best share"] = sum(run[metric].max() for run in runs) / len(runs) / reference
+            for fraction in fractions:
+                firsts = [run.loc[run[metric] >= fraction * reference, "elapsed"].min()
+                          for run in runs]
+                reached = [seconds for seconds in firsts if not pd.isna(seconds)]
+                row[f"s to {fraction:g}"] = sum(reached) / len(reached) if reached else float("nan")
+                row[f"reached {fraction:g}"] = len(reached)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def to_markdown(table: pd.DataFrame, fractions: Sequence[float] = FRACTIONS) -> str:
+    """The table in markdown: seconds to each share, ``(k/n runs)`` where not every run got
+    there and ``-`` where none did.
+
+    Example:
+        >>> print(to_markdown(time_to_quality(epochs)))  # doctest: +SKIP
+    """
+    header = ["dataset", "model", "run group", "runs", "best (share of exact)",
+              *[f"seconds to {fraction:.0%}" for fraction in fractions]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, row in table.iterrows():
+        cells = [str(row["dataset"]), str(row["model"]), str(row["label"]), str(row["runs"]),
+                 f"{row['best share']:.1%}"]
+        for fraction in fractions:
+            seconds, reached = row[f"s to {fraction:g}"], row[f"reached {fraction:g}"]
+            cell = "-" if pd.isna(seconds) else f"{seconds:.0f}"
+            if 0 < reached < row["runs"]:
+                cell += f" ({reached}/{row['runs']} runs)"
+            cells.append(cell)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
