@@ -143,6 +143,36 @@ def check_finite_query(query: Tensor) -> None:
     raise ValueError(f"query rows [{shown}] are not finite (NaN or infinite entries)")
 
 
+def checked_index_query(query: Tensor, dim: int, built: bool, missing: str) -> Tensor:
+    """``query`` detached as float32 ``[Q, D]`` for a sampler built from the item table, after
+    checking that it is built, that ``D`` fits and that the entries are finite (a NaN score
+    would otherwise index past the sampler's tables).
+
+    Args:
+        query: the query given to ``sample`` or ``log_prob``.
+        dim: ``D`` of the item table the sampler was built from.
+        built: whether :meth:`Sampler.update` has run.
+        missing: the error when it has not, e.g. ``"MIDXSampler has no index yet"``.
+
+    Raises:
+        RuntimeError: ``missing``, with the call that fixes it, if not ``built``.
+        ValueError: if ``query`` is not ``[Q, dim]`` floating point or has NaN or infinite
+            entries.
+
+    Example:
+        >>> checked_index_query(torch.ones(2, 3, dtype=torch.float64), 3, True, "").dtype
+        torch.float32
+    """
+    if not built:
+        raise RuntimeError(f"{missing}: call update(item_emb) first")
+    check_query(query)
+    if query.shape[1] != dim:
+        raise ValueError(f"query must be [Q, {dim}], got shape {tuple(query.shape)}")
+    query = query.detach().float()
+    check_finite_query(query)
+    return query
+
+
 def check_num_samples(num_samples: int) -> None:
     """Raise ``ValueError`` unless ``num_samples`` is a positive integer."""
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:

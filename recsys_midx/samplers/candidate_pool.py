@@ -18,10 +18,9 @@ from torch import Tensor
 from recsys_midx.index import IndexModule
 from recsys_midx.samplers.base import (
     Sampler,
-    check_finite_query,
     check_item_table,
     check_num_samples,
-    check_query,
+    checked_index_query,
     full_precision,
 )
 from recsys_midx.samplers.uniform import random_int62
@@ -131,24 +130,15 @@ class CandidatePoolSampler(Sampler, IndexModule):
         default accepts any positive count."""
 
     def checked_query(self, query: Tensor) -> Tensor:
-        """``query`` as float32 ``[Q, D]``, after checking the snapshot exists and ``D`` fits.
+        """``query`` as float32 ``[Q, D]``, after checking the snapshot exists and ``D`` fits
+        (see :func:`~recsys_midx.samplers.base.checked_index_query`).
 
         Raises:
             RuntimeError: before the first :meth:`update`.
             ValueError: if ``query`` is not ``[Q, D]`` floating point or not finite.
         """
-        if self.items.numel() == 0:
-            raise RuntimeError(
-                f"{type(self).__name__} has no item table yet: call update(item_emb) first"
-            )
-        check_query(query)
-        if query.shape[1] != self.items.shape[1]:
-            raise ValueError(
-                f"query must be [Q, {self.items.shape[1]}], got shape {tuple(query.shape)}"
-            )
-        query = query.detach().float()
-        check_finite_query(query)
-        return query
+        return checked_index_query(query, self.items.shape[1], self.items.numel() > 0,
+                                   f"{type(self).__name__} has no item table yet")
 
     def scores(self, query: Tensor, ids: Tensor) -> Tensor:
         """``[Qc, L]`` scores ``z.v_i`` of ``ids`` ``[Qc, L]`` in ``1..N`` (call within

@@ -34,11 +34,10 @@ from torch import Tensor
 from recsys_midx.index import IndexModule
 from recsys_midx.samplers.base import (
     Sampler,
-    check_finite_query,
     check_ids,
     check_item_table,
     check_num_samples,
-    check_query,
+    checked_index_query,
     full_precision,
 )
 from recsys_midx.samplers.draws import inverse_cdf
@@ -266,17 +265,9 @@ class KernelSampler(Sampler, IndexModule):
         return kernel.masked_fill_(padding, 0.0)
 
     def _checked_query(self, query: Tensor) -> Tensor:
-        """``query`` as float32 ``[Q, D]``, after checking the index exists and ``D`` fits."""
-        if self.num_blocks == 0:
-            raise RuntimeError("KernelSampler has no index yet: call update(item_emb) first")
-        check_query(query)
-        if query.shape[1] != self.blocked_items.shape[2]:
-            raise ValueError(
-                f"query must be [Q, {self.blocked_items.shape[2]}], got shape {tuple(query.shape)}"
-            )
-        query = query.detach().float()
-        check_finite_query(query)
-        return query
+        """``query`` as float32 ``[Q, D]`` (see :func:`checked_index_query`)."""
+        return checked_index_query(query, self.blocked_items.shape[2], self.num_blocks > 0,
+                                   "KernelSampler has no index yet")
 
     def _chunks(self, query: Tensor, draws: int) -> Iterator[tuple[slice, Tensor]]:
         """Row blocks of the queries, sized so that the block projections (``C * D`` per query)

@@ -29,11 +29,10 @@ from torch import Tensor
 from recsys_midx.index import IndexModule
 from recsys_midx.samplers.base import (
     Sampler,
-    check_finite_query,
     check_ids,
     check_item_table,
     check_num_samples,
-    check_query,
+    checked_index_query,
     full_precision,
 )
 from recsys_midx.samplers.uniform import RANDOM_RANGE, random_int62
@@ -226,14 +225,6 @@ class LSHSampler(Sampler, IndexModule):
         return q.log_().masked_fill_(ids == 0, -math.inf)
 
     def _checked_query(self, query: Tensor) -> Tensor:
-        """``query`` as float32 ``[Q, D]``, after checking the tables exist and ``D`` fits."""
-        if self.order.numel() == 0:
-            raise RuntimeError("LSHSampler has no tables yet: call update(item_emb) first")
-        check_query(query)
-        if query.shape[1] != self.projections.shape[2]:
-            raise ValueError(
-                f"query must be [Q, {self.projections.shape[2]}], got shape {tuple(query.shape)}"
-            )
-        query = query.detach().float()
-        check_finite_query(query)
-        return query
+        """``query`` as float32 ``[Q, D]`` (see :func:`checked_index_query`)."""
+        return checked_index_query(query, self.projections.shape[2], self.order.numel() > 0,
+                                   "LSHSampler has no tables yet")

@@ -43,11 +43,10 @@ from torch import Tensor
 from recsys_midx.index import IndexModule, make_codebooks
 from recsys_midx.samplers.base import (
     Sampler,
-    check_finite_query,
     check_ids,
     check_item_table,
     check_num_samples,
-    check_query,
+    checked_index_query,
     full_precision,
 )
 from recsys_midx.samplers.cell_draws import (
@@ -349,18 +348,9 @@ class MIDXSampler(Sampler, IndexModule):
         )
 
     def _checked_query(self, query: Tensor) -> Tensor:
-        """``query`` as float32 ``[Q, D]``, after checking the index exists, ``D`` fits and the
-        entries are finite (a NaN score would index past the cell tables)."""
-        if self.cell_offsets.numel() == 0:
-            raise RuntimeError("MIDXSampler has no index yet: call update(item_emb) first")
-        check_query(query)
-        if query.shape[1] != self.codebooks.dim:
-            raise ValueError(
-                f"query must be [Q, {self.codebooks.dim}], got shape {tuple(query.shape)}"
-            )
-        query = query.detach().float()
-        check_finite_query(query)
-        return query
+        """``query`` as float32 ``[Q, D]`` (see :func:`checked_index_query`)."""
+        return checked_index_query(query, self.codebooks.dim, self.cell_offsets.numel() > 0,
+                                   "MIDXSampler has no index yet")
 
     def _chunks(self, query: Tensor) -> Iterator[tuple[slice, Tensor]]:
         """Row blocks of the queries, sized to bound the per-chunk tables."""
