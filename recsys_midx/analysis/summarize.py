@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from recsys_midx.analysis.summary_plots import epoch_rows, plot_all, run_label
+from recsys_midx.analysis.summary_plots import epoch_rows, plot_all, with_labels
 from recsys_midx.analysis.sweeps import varying_settings
 from recsys_midx.analysis.time_to_quality import time_to_quality
 from recsys_midx.analysis.time_to_quality import to_markdown as time_to_quality_markdown
@@ -186,9 +186,10 @@ def write_report(folders: list[Path], out_dir: Path) -> dict[str, Path]:
     written = {"markdown": out_dir / "summary.md", "csv": out_dir / "summary.csv"}
     written["markdown"].write_text(to_markdown(table) + "\n")
     table.to_csv(written["csv"], index=False)
-    written.update(plot_all(runs, out_dir))
-    labelled = runs.assign(label=[run_label(row) for _, row in runs.iterrows()])
-    quality = time_to_quality(epoch_rows(labelled))
+    labelled = with_labels(runs)
+    epochs = epoch_rows(labelled)  # read once, for the plots and the time-to-quality table
+    written.update(plot_all(labelled, epochs, out_dir))
+    quality = time_to_quality(epochs)
     if not quality.empty:
         written["time_to_quality"] = out_dir / "time_to_quality.md"
         written["time_to_quality"].write_text(time_to_quality_markdown(quality) + "\n")

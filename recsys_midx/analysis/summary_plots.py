@@ -10,8 +10,8 @@ Three PNG files, one panel per (dataset, model):
   means over seeds, with a standard-deviation bar on the total).
 
 Example:
-    >>> runs = summarize.load_runs([Path("multirun/2026-11-22/10-00-00")])
-    >>> plot_all(runs, Path("docs/results/ml-100k"))["test_ndcg"]
+    >>> runs = with_labels(summarize.load_runs([Path("multirun/2026-11-22/10-00-00")]))
+    >>> plot_all(runs, epoch_rows(runs), Path("docs/results/ml-100k"))["test_ndcg"]
     PosixPath('docs/results/ml-100k/test_ndcg.png')
 """
 
@@ -30,19 +30,19 @@ PANEL = ["dataset", "model"]
 _METRIC = "ndcg@10"
 
 
-def plot_all(runs: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
+def plot_all(runs: pd.DataFrame, epochs: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     """Draw the three plots of the module docstring into ``out_dir``.
 
     Args:
-        runs: one row per run, as returned by ``summarize.load_runs`` (columns ``dataset``,
-            ``model``, ``sampler``, ``seed``, ``test/ndcg@10``, ``path``...).
+        runs: one row per run, as returned by ``summarize.load_runs``, labelled by
+            :func:`with_labels` (columns ``dataset``, ``model``, ``sampler``, ``label``,
+            ``seed``, ``test/ndcg@10``, ``path``...).
+        epochs: the runs' per-epoch rows, :func:`epoch_rows` of ``runs``.
         out_dir: an existing folder.
 
     Returns:
         ``{"test_ndcg": PATH, "val_ndcg_vs_time": PATH, "epoch_time": PATH}``.
     """
-    runs = runs.assign(label=[run_label(row) for _, row in runs.iterrows()])
-    epochs = epoch_rows(runs)
     plots: dict[str, tuple[Callable[[Axes, pd.DataFrame], None], pd.DataFrame, str]] = {
         "test_ndcg": (_test_bars, runs, "Test NDCG@10 per sampler (mean ± std over seeds)"),
         "val_ndcg_vs_time": (_val_curves, epochs, "Validation NDCG@10 against training time"),
@@ -54,6 +54,11 @@ def plot_all(runs: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
         written[name] = out_dir / f"{name}.png"
         figure.savefig(written[name], dpi=110, bbox_inches="tight")
     return written
+
+
+def with_labels(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with a ``label`` column: :func:`run_label` of each row."""
+    return runs.assign(label=[run_label(row) for _, row in runs.iterrows()])
 
 
 def run_label(row: pd.Series) -> str:
@@ -77,8 +82,8 @@ def epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
     A run without ``epochs.csv`` contributes nothing (its results still enter the table).
 
     Args:
-        runs: one row per run, as returned by ``summarize.load_runs``, with a ``label`` column
-            (:func:`run_label`).
+        runs: one row per run, as returned by ``summarize.load_runs``, labelled by
+            :func:`with_labels`.
     """
     frames = []
     for _, run in runs.iterrows():

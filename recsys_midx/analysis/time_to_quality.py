@@ -8,9 +8,8 @@ as a share of the reference and, for each share in ``fractions``, the mean cumul
 of them did. This is the sampled softmax's promise measured directly: the same quality, sooner.
 
 Example:
-    >>> runs = summarize.load_runs([Path("multirun/frontier")])
-    >>> labelled = runs.assign(label=[run_label(row) for _, row in runs.iterrows()])
-    >>> print(to_markdown(time_to_quality(epoch_rows(labelled))))
+    >>> runs = with_labels(summarize.load_runs([Path("multirun/frontier")]))
+    >>> print(to_markdown(time_to_quality(epoch_rows(runs))))
 """
 
 from __future__ import annotations
