@@ -60,7 +60,6 @@ def proposal_divergence(
         )
     items = item_emb[1:].detach().float()
     query = query.detach().float()
-    all_ids = torch.arange(1, num_items + 1, device=query.device)
     rows = max(1, _CHUNK_ELEMENTS // num_items)
     kl_parts, ratio_parts = [], []
     for start in range(0, query.shape[0], rows):
