@@ -10,7 +10,8 @@ Two workloads:
   ``log sum_bulk exp`` (winner probability between ~0.25 and ~0.95, runners-up 1-3 nats lower).
 * **Trained model**: a seqrec run's item table (rows ``1..N``) and the scaled queries of its test
   users (``--run-dir``; without it a model is trained first with
-  ``python train.py trainer.max_epochs=3``).
+  ``python train.py trainer.max_epochs=3 task.datamodule.train_samples=last_window
+  task.datamodule.batch_size=128``).
 
 Per row: products computed by AdaptiveSoftmax as a fraction of ``n * d`` and the resulting
 saving factor, median wall seconds per query of AdaptiveSoftmax, of the exact matrix-vector
@@ -144,8 +145,10 @@ def trained_model_queries(run_dir: Path, num_queries: int) -> tuple[ItemTableTop
 
 
 def train_default_model(run_dir: Path) -> None:
-    """Train the default seqrec model for three epochs into ``run_dir``."""
-    command = [sys.executable, "train.py", "trainer.max_epochs=3", f"hydra.run.dir={run_dir}"]
+    """Train the default seqrec model on last-window samples for three epochs into ``run_dir``."""
+    command = [sys.executable, "train.py", "trainer.max_epochs=3",
+               "task.datamodule.train_samples=last_window", "task.datamodule.batch_size=128",
+               f"hydra.run.dir={run_dir}"]
     print("training:", " ".join(command), flush=True)
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 

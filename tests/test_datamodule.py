@@ -30,7 +30,8 @@ class _Prepared:
 @pytest.fixture
 def datamodule() -> SeqRecDataModule:
     source = _Prepared({1: [1, 2, 3, 4, 5, 6], 2: [7, 8, 9], 3: [2, 2, 9, 3, 1]}, num_items=9)
-    module = SeqRecDataModule(source, "unused", max_len=3, batch_size=8, eval_batch_size=8)
+    module = SeqRecDataModule(source, "unused", max_len=3, batch_size=8, eval_batch_size=8,
+                              train_samples="last_window")
     module.prepare_data()
     module.setup("fit")
     return module
@@ -42,7 +43,7 @@ def _only_batch(loader: torch.utils.data.DataLoader) -> dict[str, torch.Tensor]:
     return batches[0]
 
 
-def test_training_batch_holds_every_next_item_target(datamodule: SeqRecDataModule) -> None:
+def test_last_window_batch_holds_every_next_item_target(datamodule: SeqRecDataModule) -> None:
     torch.manual_seed(0)
     batch = _only_batch(datamodule.train_dataloader())
     rows = {tuple(t.tolist()): tuple(i.tolist()) for i, t in zip(batch["inputs"], batch["targets"])}

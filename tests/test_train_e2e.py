@@ -108,6 +108,7 @@ SYNTHETIC_100K = (
     "dataset.name=synthetic-100k", "dataset.num_items=100000", "dataset.num_users=10000",
     "dataset.num_topics=100", "model.max_len=20", "model.dim=32", "sampler.num_negatives=32",
     "task.module.optimizer.lr=0.005", "trainer.max_epochs=30", "callbacks.early_stopping.patience=3",
+    "task.datamodule.train_samples=last_window", "task.datamodule.batch_size=128",
 )
 
 

@@ -255,6 +255,11 @@ def test_unknown_construction_stops_train_py_with_one_line(tmp_path: Path) -> No
     assert not (tmp_path / "data").exists()
 
 
+def test_prefixes_are_the_default(compose_config: Callable[..., DictConfig]) -> None:
+    datamodule = compose_config([]).task.datamodule
+    assert (datamodule.train_samples, datamodule.batch_size) == ("prefixes", 512)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["uniform", "midx"])
 @pytest.mark.parametrize("kind", SAMPLE_KINDS)

@@ -53,8 +53,8 @@ class SeqRecDataModule(L.LightningDataModule):
     """Serves training sequences and evaluation queries for one dataset, split by ``split``.
 
     Training batches hold windows of the training sequences, chosen by ``train_samples`` (see
-    :mod:`recsys_midx.data.train_samples`): by default every user's last ``max_len + 1``
-    training items, each position predicting the next item.
+    :mod:`recsys_midx.data.train_samples`): by default one sample per training target, the up to
+    ``max_len`` items before it as the input.
     Evaluation batches hold the last ``max_len`` items before the target, the target, and the
     whole history before it (for excluding seen items from the ranking).
 
@@ -68,8 +68,8 @@ class SeqRecDataModule(L.LightningDataModule):
         split: how training, validation and test are formed (the ``split`` config group):
             :class:`~recsys_midx.data.splits.LeaveOneOut` (default) or
             :class:`~recsys_midx.data.time_split.GlobalTime`.
-        train_samples: the training samples of an epoch: ``"last_window"`` (default),
-            ``"windows"`` or ``"prefixes"`` (see :mod:`recsys_midx.data.train_samples`).
+        train_samples: the training samples of an epoch: ``"prefixes"`` (default),
+            ``"windows"`` or ``"last_window"`` (see :mod:`recsys_midx.data.train_samples`).
         window_stride: items between consecutive windows' ends for ``"windows"``, in
             ``1..max_len`` (``None``: ``max_len``).
 
@@ -80,7 +80,7 @@ class SeqRecDataModule(L.LightningDataModule):
     Example:
         >>> dm = SeqRecDataModule(Synthetic(num_users=100, num_items=50), "datasets", max_len=20)
         >>> dm.prepare_data(); dm.setup("fit")
-        >>> batch = next(iter(dm.train_dataloader()))  # {"inputs": [B, 20], "targets": [B, 20]}
+        >>> batch = next(iter(dm.train_dataloader()))  # {"inputs": [B, 20], "targets": [B, 1]}
     """
 
     def __init__(
@@ -88,11 +88,11 @@ class SeqRecDataModule(L.LightningDataModule):
         source: Source,
         data_dir: str | Path,
         max_len: int,
-        batch_size: int = 128,
+        batch_size: int = 512,
         eval_batch_size: int = 256,
         num_workers: int = 0,
         split: SplitStrategy | None = None,
-        train_samples: str = "last_window",
+        train_samples: str = "prefixes",
         window_stride: int | None = None,
     ) -> None:
         super().__init__()
