@@ -1,5 +1,5 @@
-"""Checkpoint files: atomic writes survive kills and failures, loads are weights-only, and a file
-that cannot be loaded is named in a clear error."""
+"""Checkpoint files: atomic writes survive kills and failures, loads are weights-only, a file
+that cannot be loaded is named in a clear error, and ``last.ckpt`` follows every epoch."""
 
 from __future__ import annotations
 
@@ -10,12 +10,15 @@ import textwrap
 import time
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.demos.boring_classes import BoringModel
 
 from conftest import ROOT, TINY_RUN, sampler_overrides
 from recsys_midx.experiment import train
-from recsys_midx.lit.checkpointing import AtomicCheckpointIO, CheckpointError
+from recsys_midx.lit.checkpointing import AtomicCheckpointIO, CheckpointError, StepCheckpoint
 
 
 def _leftovers(folder: Path) -> list[str]:
@@ -126,3 +129,50 @@ def test_resuming_from_a_truncated_checkpoint_names_it_and_writes_no_results(
     with pytest.raises(CheckpointError, match=f"cannot load checkpoint {path}: .*truncated"):
         train(config)
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+@pytest.mark.parametrize("best_saves_last", [False, True])
+def test_last_checkpoint_follows_epochs_that_do_not_improve(tmp_path, best_saves_last):
+    """Lightning's ``save_last`` alone leaves ``last.ckpt`` at the best epoch (the first, with a
+    constant metric) until training ends, so a run killed later would resume from there;
+    :class:`StepCheckpoint` rewrites it after every validation, whether or not the best
+    checkpoint's callback writes ``last.ckpt`` too."""
+    folder = tmp_path / "checkpoints"
+    seen = _LastCheckpointEpochs(folder / "last.ckpt")
+    trainer = L.Trainer(
+        max_epochs=3, limit_train_batches=2, limit_val_batches=1, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        callbacks=[
+            seen,
+            ModelCheckpoint(dirpath=folder, filename="best", monitor="score", mode="max",
+                            save_top_k=1, save_last=best_saves_last,
+                            enable_version_counter=False),
+            StepCheckpoint(dirpath=folder, every_n_train_steps=1000, save_top_k=0,
+                           save_last=True, enable_version_counter=False),
+        ],
+    )
+
+    trainer.fit(_ConstantScore())
+
+    assert torch.load(folder / "best.ckpt", weights_only=True)["epoch"] == 0
+    # (epoch, step) of last.ckpt as epochs 1 and 2 start: the epoch before, 2 steps each.
+    assert seen.epochs == [(0, 2), (1, 4)]
+
+
+class _ConstantScore(BoringModel):
+    """Logs the same validation score every epoch: only the first epoch is ever the best."""
+
+    def validation_step(self, batch, batch_idx):
+        self.log("score", 1.0)
+
+
+class _LastCheckpointEpochs(L.Callback):
+    """Records ``(epoch, global_step)`` of ``last.ckpt`` as each epoch after the first starts."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.epochs = path, []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        if trainer.current_epoch:
+            state = torch.load(self.path, weights_only=True)
+            self.epochs.append((state["epoch"], state["global_step"]))

@@ -137,6 +137,22 @@ def test_run_stopped_during_validation_resumes_exactly(tmp_path, reference):
     assert resumed["epochs_run"] == 2
 
 
+@pytest.mark.slow
+def test_run_continued_from_its_last_validation_ends_as_an_uninterrupted_run(tmp_path, reference):
+    # A run stopped after its first epoch (as by a time limit), continued with more epochs:
+    # last.ckpt is the save after that epoch's validation, whatever the metric did, and the
+    # continued run neither repeats the epoch nor trips early stopping at its end.
+    data_dir, reference = reference
+    run_dir = tmp_path / "run"
+    train(_config(run_dir, data_dir, "trainer.max_epochs=1"))
+    assert _checkpoint_step(run_dir / "checkpoints" / "last.ckpt") == STEPS_PER_EPOCH
+
+    resumed = train(_config(run_dir, data_dir, "resume=auto"))
+    assert resumed["metrics"] == pytest.approx(reference["metrics"], abs=1e-6, rel=0)
+    assert resumed["epochs_run"] == 2
+    assert _losses(run_dir) == _losses(Path(reference["output_dir"]))
+
+
 def test_resume_auto_without_a_checkpoint_starts_fresh(tmp_path, caplog):
     config = _config(tmp_path / "run", tmp_path / "data", "trainer.max_epochs=1")
     experiment = build(config)

@@ -102,15 +102,19 @@ class EpochLog(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         # The running epoch's loss sums and elapsed time too: a run resumed mid-epoch then
-        # reports the whole epoch's mean loss and (about) its training time.
+        # reports the whole epoch's mean loss and (about) its training time. Its training
+        # seconds are set once its validation has started: a run resumed from the checkpoint
+        # written after validation has recorded the epoch's row already.
         return {"rows": self.rows, "loss_sum": self._loss_sum, "loss_count": self._loss_count,
-                "epoch_seconds": time.perf_counter() - self._epoch_start}
+                "epoch_seconds": time.perf_counter() - self._epoch_start,
+                "train_seconds": self._train_seconds}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.rows = list(state_dict["rows"])
         self._loss_sum = state_dict.get("loss_sum", 0.0)
         self._loss_count = state_dict.get("loss_count", 0)
         self._epoch_start = time.perf_counter() - state_dict.get("epoch_seconds", 0.0)
+        self._train_seconds = state_dict.get("train_seconds")
 
 
 class SamplerRefresh(Callback):

@@ -22,6 +22,7 @@ import torch
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from typing_extensions import override
 
 log = logging.getLogger(__name__)
 
@@ -139,13 +140,17 @@ def _unpickling_reason(path: Path) -> str:
 
 
 class StepCheckpoint(ModelCheckpoint):
-    """A :class:`~lightning.pytorch.callbacks.ModelCheckpoint` for saves every N training steps
-    that never saves on the last batch of an epoch.
+    """A :class:`~lightning.pytorch.callbacks.ModelCheckpoint` that keeps ``last.ckpt`` current:
+    written every N training steps and after every validation, never on the last batch of an
+    epoch.
 
-    Lightning resumes a checkpoint taken after an epoch's last batch (but before its
-    validation) at the next epoch, so that epoch's validation, its early-stopping update and
-    its best-checkpoint candidate would be lost. The epoch-end checkpoint, written after
-    validation, covers that point instead.
+    Lightning's own ``save_last`` writes ``last.ckpt`` only when a top-k checkpoint is saved in
+    the same step, so after epochs that do not improve the monitored metric it would still hold
+    the best epoch, and a resumed run would repeat every epoch since. Saving after validation
+    (whatever the metric did) fixes that; it also covers the end of an epoch, where a step save
+    is skipped: Lightning resumes a checkpoint taken after an epoch's last batch (but before its
+    validation) at the next epoch, so that epoch's validation, its early-stopping update and its
+    best-checkpoint candidate would be lost.
 
     Args:
         **kwargs: passed to :class:`~lightning.pytorch.callbacks.ModelCheckpoint`
@@ -156,12 +161,20 @@ class StepCheckpoint(ModelCheckpoint):
         ...                save_last=True)
     """
 
+    @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
         batch_idx: int,
     ) -> None:
         if not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        # Not during sanity checks, nor twice for one step.
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
 def resume_checkpoint(resume: str | None, trainer: L.Trainer) -> Path | None:
