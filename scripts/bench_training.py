@@ -1,4 +1,4 @@
-"""Seconds per training step and peak memory of SASRec with the full, uniform and MIDX softmax.
+"""Seconds per training step and peak memory of SASRec with the full softmax and sampled ones.
 
 For each catalog size ``N`` the synthetic generator makes user sequences over exactly ``N`` items;
 every (sampler, N) pair then runs in its own process (so its peak resident memory is its own):
@@ -14,11 +14,18 @@ least-squares line through (N, peak memory) estimates the largest catalog that f
 
 ``midx+topT`` is MIDX with the exact softmax over each query's top ``T**2`` cells mixed in
 (``exact_top_codewords=T``), trained with the positive counted exactly as that option wants.
+``--shared-negatives`` draws one set of negatives per batch instead of one per query
+(``loss.shared_negatives=true``). ``--train-samples`` builds the batches as
+``task.datamodule.train_samples`` does: ``last_window`` (every position of each user's last
+window is a query) or ``prefixes`` (one query per sample, its last position, which is all the
+encoder computes then).
 
 Example:
     python scripts/bench_training.py --sizes 1e5 1e6 5e6 --samplers full midx --steps 2
     python scripts/bench_training.py --device cuda --sizes 1e5 1e6 5e6
     python scripts/bench_training.py --sizes 1e6 --samplers uniform midx midx+top1 --steps 2
+    python scripts/bench_training.py --sizes 1e6 --samplers uniform midx --train-samples prefixes \
+        --batch-size 512 --negatives 32
 """
 
 from __future__ import annotations
@@ -36,18 +43,19 @@ import numpy as np
 import torch
 
 from recsys_midx.analysis.timing import timed
-from recsys_midx.data.datamodule import training_batch
+from recsys_midx.data.train_samples import SAMPLE_KINDS, TrainSamples
 from recsys_midx.data.sources import Synthetic
 from recsys_midx.data.splits import LeaveOneOutSplit
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import SoftmaxLoss
 from recsys_midx.models import SASRec
-from recsys_midx.samplers import FullSampler, MIDXSampler, UniformSampler
+from recsys_midx.samplers import FullSampler, MIDXSampler, PopularitySampler, UniformSampler
 from recsys_midx.samplers.base import Sampler
 
 SAMPLERS = {
     "full": lambda n, m: FullSampler(n),
     "uniform": lambda n, m: UniformSampler(n, m),
+    "popularity": lambda n, m: PopularitySampler(n, m),
     "midx": lambda n, m: MIDXSampler(n, m),
 }
 _EXACT_TOP = re.compile(r"midx\+top(\d+)")
@@ -60,13 +68,16 @@ def parse_sampler(name: str) -> str:
     raise argparse.ArgumentTypeError(f"{name!r}: use one of {sorted(SAMPLERS)} or midx+topT")
 
 
-def _sampler_and_loss(name: str, num_items: int, negatives: int) -> tuple[Sampler, SoftmaxLoss]:
+def _sampler_and_loss(
+    name: str, num_items: int, negatives: int, shared_negatives: bool
+) -> tuple[Sampler, SoftmaxLoss]:
     """The sampler called ``name`` and the loss it trains with."""
     top = _EXACT_TOP.fullmatch(name)
     if top is None:
-        return SAMPLERS[name](num_items, negatives), SoftmaxLoss()
-    sampler = MIDXSampler(num_items, negatives, exact_top_codewords=int(top[1]))
-    return sampler, SoftmaxLoss(exact_positives=True)
+        sampler = SAMPLERS[name](num_items, negatives)
+    else:
+        sampler = MIDXSampler(num_items, negatives, exact_top_codewords=int(top[1]))
+    return sampler, SoftmaxLoss(exact_positives=top is not None, shared_negatives=shared_negatives)
 
 
 def _split(num_items: int, num_users: int, seed: int) -> LeaveOneOutSplit:
@@ -88,7 +99,8 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     device = torch.device(args.device)
     split = _split(num_items, args.users, args.seed)
     model = SASRec(num_items, dim=args.dim, max_len=args.max_len).to(device)
-    sampler, loss_fn = _sampler_and_loss(sampler_name, num_items, args.negatives)
+    sampler, loss_fn = _sampler_and_loss(sampler_name, num_items, args.negatives,
+                                         args.shared_negatives)
     head = DotHead()
     sampler = sampler.to(device)
     # As recsys_midx/conf/task/seqrec.yaml.
@@ -97,7 +109,11 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     build_seconds = timed(lambda: sampler.update(model.item_table.detach(), counts), device)
 
     def train_step(batch: dict[str, torch.Tensor]) -> None:
-        queries = model(batch["inputs"])
+        if args.train_samples == "prefixes":  # as SeqRecModule: only the last position
+            queries = model.encode_last(batch["inputs"])[:, None]
+            batch = {**batch, "inputs": batch["inputs"][:, -1:]}
+        else:
+            queries = model(batch["inputs"])
         is_query = _query_mask(batch)
         loss = loss_fn(head(queries[is_query]), batch["targets"][is_query], model.item_table,
                        sampler)
@@ -105,10 +121,11 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
         loss.backward()
         optimizer.step()
 
+    samples = TrainSamples(split.items, split.spans("train"), args.max_len, args.train_samples)
     rng = np.random.default_rng(args.seed)
     step_seconds = []
     for step in range(args.steps + 1):
-        batch = training_batch(split, rng.choice(split.num_users, args.batch_size), args.max_len)
+        batch = samples.batch(rng.choice(len(samples), args.batch_size))
         batch = {key: value.to(device) for key, value in batch.items()}
         seconds = timed(lambda: train_step(batch), device)
         if step:  # the first step warms up allocators and kernels
@@ -116,7 +133,6 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     return {
         "step_seconds": float(np.median(step_seconds)),
         "build_seconds": build_seconds,
-        "queries_per_step": int(_query_mask(batch).sum()),
         "peak_mb": (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda"
                     else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
@@ -136,8 +152,9 @@ def _run_isolated(args: argparse.Namespace, sampler_name: str, num_items: int) -
     """Measure one (sampler, N) in a child process, stopped past the memory limit or timeout."""
     command = [
         sys.executable, __file__, "--single", sampler_name, str(num_items),
-        *[f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-          if k not in ("sizes", "samplers", "single")],
+        *[f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}")
+          for k, v in vars(args).items()
+          if k not in ("sizes", "samplers", "single") and v is not False],
     ]
     limit_mb = args.memory_limit_gib * 1024
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -201,6 +218,10 @@ def main() -> None:
                         help="stop a run whose resident memory passes this")
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="stop a run that takes longer than this many seconds")
+    parser.add_argument("--shared-negatives", action="store_true",
+                        help="one set of negatives per batch (loss.shared_negatives=true)")
+    parser.add_argument("--train-samples", choices=SAMPLE_KINDS, default="last_window",
+                        help="how batches are built (task.datamodule.train_samples)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--single", nargs=2, metavar=("SAMPLER", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -211,8 +232,10 @@ def main() -> None:
     on_gpu = args.device.startswith("cuda")
     where = torch.cuda.get_device_name(args.device) if on_gpu else (
         f"{torch.get_num_threads()} threads")
-    print(f"SASRec D={args.dim}, batch {args.batch_size} users x max_len {args.max_len}, "
-          f"{args.negatives} negatives, {where}, median of {args.steps} steps, memory limit "
+    shared = ", shared by the batch" if args.shared_negatives else ""
+    print(f"SASRec D={args.dim}, batch {args.batch_size} {args.train_samples} samples x max_len "
+          f"{args.max_len}, {args.negatives} negatives{shared}, {where}, median of {args.steps} "
+          "steps, memory limit "
           f"{args.memory_limit_gib:g} GiB\n")
     print("| N | sampler | s/step | speed-up over full | time / uniform's | index build s "
           f"| peak {'CUDA' if on_gpu else 'RSS'} MB |")
