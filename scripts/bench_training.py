@@ -43,9 +43,9 @@ import numpy as np
 import torch
 
 from recsys_midx.analysis.timing import timed
-from recsys_midx.data.train_samples import SAMPLE_KINDS, TrainSamples
 from recsys_midx.data.sources import Synthetic
 from recsys_midx.data.splits import LeaveOneOutSplit
+from recsys_midx.data.train_samples import SAMPLE_KINDS, TrainSamples
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import SoftmaxLoss
 from recsys_midx.models import SASRec

@@ -38,17 +38,6 @@ class _Rows(Dataset):
         return row
 
 
-def training_batch(split: SequenceSplit, rows: np.ndarray, max_len: int) -> Batch:
-    """Training sequences of rows ``rows``: ``inputs`` and next-item ``targets``, ``[B, max_len]``.
-
-    Each row is a training sequence of ``split.spans("train")`` (for leave-one-out, a user's
-    items but the last two), cut to its last ``max_len + 1`` items and left-padded; ``targets``
-    is ``inputs`` shifted by one position (the ``last_window`` samples of
-    :class:`~recsys_midx.data.train_samples.TrainSamples`).
-    """
-    return TrainSamples(split.items, split.spans("train"), max_len).batch(rows)
-
-
 class SeqRecDataModule(L.LightningDataModule):
     """Serves training sequences and evaluation queries for one dataset, split by ``split``.
 
