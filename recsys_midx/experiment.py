@@ -24,7 +24,7 @@ from recsys_midx.lit.base import CatalogModule
 from recsys_midx.lit.callbacks import EpochLog, SamplerRefresh
 from recsys_midx.lit.checkpointing import resume_checkpoint
 from recsys_midx.loggers import check_logger_packages
-from recsys_midx.protocols import CatalogDataModule
+from recsys_midx.protocols import CatalogDataModule, NegativeSampler, Objective
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,8 @@ def _warn_exact_top_without_exact_positives(cfg: DictConfig) -> bool:
     underweighs a confident positive, so the top cells then leave the gradient error as it was
     (docs/guides/samplers.md)."""
     top_codewords = cfg.sampler.get("exact_top_codewords") or 0
-    if top_codewords <= 0 or cfg.loss.get("exact_positives", True):
+    # exact_positives=null follows the sampler, which asks for exact positives with top cells.
+    if top_codewords <= 0 or cfg.loss.get("exact_positives") is not False:
         return False
     log.warning(
         "sampler.exact_top_codewords=%d without loss.exact_positives=true: the exact top cells "
@@ -149,7 +150,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "train_wall_seconds": train_wall_seconds,
         "seconds_per_epoch": _mean([row["train_seconds"] for row in epochs]),
         "peak_memory_mb": peak_memory_mb(),
-        "sampler": sampler_summary(refreshes),
+        "sampler": {**sampler_summary(refreshes), "sizing": module.sampler.sizing()},
+        "exact_positives": counts_positives_exactly(module.loss, module.sampler),
         "best_checkpoint": best_checkpoint or None,
         "output_dir": str(output_dir),
     }
@@ -174,6 +176,13 @@ def sampler_summary(refreshes: list[dict[str, float]]) -> dict[str, Any]:
         "kl_last": diagnosed[-1]["sampler/kl"] if diagnosed else None,
         "ess_fraction_last": diagnosed[-1]["sampler/ess_fraction"] if diagnosed else None,
     }
+
+
+def counts_positives_exactly(loss: Objective, sampler: NegativeSampler) -> bool | None:
+    """Whether the sampled loss counted the positive exactly (resolved where the loss left it
+    to the sampler); ``None`` for an objective without that choice or an exhaustive sampler."""
+    decide = getattr(loss, "counts_positives_exactly", None)
+    return None if decide is None or sampler.exhaustive else bool(decide(sampler))
 
 
 def peak_memory_mb() -> dict[str, float]:

@@ -64,6 +64,9 @@ class NegativeSampler(RefreshableIndex, Protocol):
         query_independent: ``True`` when ``q(i | z)`` does not depend on ``z``; an objective
             that draws negatives for the whole batch from the mixture of its queries' proposals
             (``loss.shared_negatives``) then scores ids under one query instead of all.
+        prefers_exact_positives: ``True`` when the proposal follows the softmax closely enough
+            that the objective should count the positive exactly (MIDX with exact top cells);
+            an objective not told how to count it follows this.
         num_items: ``N``.
         num_negatives: ``M``, negatives the objective draws per query.
 
@@ -78,6 +81,7 @@ class NegativeSampler(RefreshableIndex, Protocol):
 
     exhaustive: ClassVar[bool]
     query_independent: ClassVar[bool]
+    prefers_exact_positives: bool
     num_items: int
     num_negatives: int
 
@@ -107,6 +111,11 @@ class NegativeSampler(RefreshableIndex, Protocol):
 
     def catalog_log_prob(self, query: Tensor) -> Tensor:
         """``log q`` of every item ``1..N`` for each query: ``[Q, N]`` float32."""
+        ...
+
+    def sizing(self) -> dict[str, int]:
+        """Sizes of the proposal (possibly derived from the catalog) that a run's results
+        record; empty for a proposal without any."""
         ...
 
 

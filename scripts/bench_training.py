@@ -12,8 +12,10 @@ A run whose resident memory passes ``--memory-limit-gib`` is stopped and reporte
 one that outlasts ``--timeout`` is stopped too. For every sampler measured at two sizes or more, a
 least-squares line through (N, peak memory) estimates the largest catalog that fits the limit.
 
-``midx+topT`` is MIDX with the exact softmax over each query's top ``T**2`` cells mixed in
-(``exact_top_codewords=T``), trained with the positive counted exactly as that option wants.
+``midx`` is ``sampler=midx`` as configured: the exact softmax over each query's top cells mixed
+in, their number sized from the catalog (``exact_top_items``), and the positive counted exactly as
+that option wants. ``midx+topT`` fixes ``exact_top_codewords=T`` instead (``midx+top0``: none,
+the positive logQ-corrected).
 ``--shared-negatives`` draws one set of negatives per batch instead of one per query
 (``loss.shared_negatives=true``). ``--train-samples`` builds the batches as
 ``task.datamodule.train_samples`` does: ``last_window`` (every position of each user's last
@@ -56,7 +58,7 @@ SAMPLERS = {
     "full": lambda n, m: FullSampler(n),
     "uniform": lambda n, m: UniformSampler(n, m),
     "popularity": lambda n, m: PopularitySampler(n, m),
-    "midx": lambda n, m: MIDXSampler(n, m),
+    "midx": lambda n, m: MIDXSampler(n, m, exact_top_codewords=None),
 }
 _EXACT_TOP = re.compile(r"midx\+top(\d+)")
 
@@ -77,7 +79,8 @@ def _sampler_and_loss(
         sampler = SAMPLERS[name](num_items, negatives)
     else:
         sampler = MIDXSampler(num_items, negatives, exact_top_codewords=int(top[1]))
-    return sampler, SoftmaxLoss(exact_positives=top is not None, shared_negatives=shared_negatives)
+    # exact_positives=None: as the sampler prefers (exactly with exact top cells).
+    return sampler, SoftmaxLoss(shared_negatives=shared_negatives)
 
 
 def _split(num_items: int, num_users: int, seed: int) -> LeaveOneOutSplit:

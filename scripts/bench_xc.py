@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLERS = ("full", "uniform", "popularity", "midx", "midx_rq")
+SAMPLERS = ("full", "uniform", "popularity", "midx", "midx_plain", "midx_rq")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

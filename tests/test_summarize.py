@@ -134,6 +134,12 @@ def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> N
     top = {**midx, "exact_top_codewords": 8}
     exact_positives = {**softmax, "exact_positives": True}
     assert _sampler_name(top, exact_positives) == "midx[pq,uniform,exact top 8], exact positives"
+    # Sized from the catalog: the run's results say what was used.
+    sized = {**midx, "exact_top_codewords": None}
+    left_to_sampler = {**softmax, "exact_positives": None}
+    result = {"sampler": {"sizing": {"exact_top_codewords": 6}}, "exact_positives": True}
+    assert (_sampler_name(sized, left_to_sampler, default_refresh, result)
+            == "midx[pq,uniform,exact top 6], exact positives")
     uniform = {"_target_": "recsys_midx.samplers.UniformSampler"}
     assert _sampler_name(uniform, exact_positives) == "uniform, exact positives"
     shared = {**exact_positives, "shared_negatives": True}

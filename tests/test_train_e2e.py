@@ -24,6 +24,7 @@ SAMPLERS = {
     "midx_pop": "MIDXSampler",
     "midx_rq": "MIDXSampler",
     "midx_exact": "MIDXSampler",
+    "midx_plain": "MIDXSampler",
     "kernel": "KernelSampler",
     "lsh": "LSHSampler",
     "sir": "SIRSampler",
@@ -50,6 +51,11 @@ def test_every_sampler_and_model_trains_and_tests(compose_config, tmp_path, samp
     assert saved["dataset"]["items"] <= 80
     assert saved["seconds_per_epoch"] > 0
     assert saved["peak_memory_mb"]["cpu_rss"] > 0
+    # MIDX sizes its exact top cells from the catalog (all 8 codewords of each codebook on this
+    # tiny one) and the loss then counts positives exactly; results.json says what was used.
+    top_codewords = saved["sampler"]["sizing"].get("exact_top_codewords", 0)
+    assert top_codewords == (8 if sampler in ("midx", "midx_pop", "midx_rq") else 0)
+    assert saved["exact_positives"] == (None if sampler == "full" else top_codewords > 0)
     with (tmp_path / "run" / "epochs.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert [int(float(row["epoch"])) for row in rows] == [0, 1]
@@ -127,11 +133,13 @@ def test_experiment_composes_to_its_overrides_and_yields_to_the_command_line(com
 @pytest.mark.parametrize(
     ("overrides", "warned"),
     [
-        (["sampler.exact_top_codewords=2"], True),
+        (["sampler.exact_top_codewords=2", "loss.exact_positives=false"], True),
         (["sampler.exact_top_codewords=2", "loss.exact_positives=true"], False),
-        ([], False),
+        (["sampler.exact_top_codewords=2"], False),
+        (["sampler.exact_top_codewords=0", "loss.exact_positives=false"], False),
     ],
-    ids=["top-cells-usual-correction", "top-cells-exact-positives", "no-top-cells"],
+    ids=["top-cells-usual-correction", "top-cells-exact-positives", "top-cells-loss-follows",
+         "no-top-cells"],
 )
 def test_exact_top_cells_without_exact_positives_are_flagged(compose_config, caplog, overrides,
                                                              warned):

@@ -53,7 +53,7 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
                 "model": config["model"]["_target_"].rsplit(".", 1)[-1],
                 "head": _head_name(config),
                 "sampler": _sampler_name(sampler, config.get("loss", {}),
-                                         config.get("callbacks") or {}),
+                                         config.get("callbacks") or {}, result),
                 "negatives": sampler.get("num_negatives") if "Full" not in sampler["_target_"]
                 else None,
                 "seed": config["seed"],
@@ -104,11 +104,16 @@ def _head_name(config: dict) -> str:
     return name if objective.endswith("SoftmaxLoss") or not objective else f"{name}, {objective}"
 
 
-def _sampler_name(sampler: dict, loss: dict, callbacks: dict | None = None) -> str:
+def _sampler_name(
+    sampler: dict, loss: dict, callbacks: dict | None = None, result: dict | None = None
+) -> str:
     """Readable sampler name: the class, with MIDX's quantiser and last stage, and its codewords
     per codebook, step refresh schedule and exact top cells where they differ from the defaults
     (64, none, none); "exact positives" when a sampled softmax counts the positive exactly and
-    "shared" when the batch shares its negatives."""
+    "shared" when the batch shares its negatives. Settings sized from the catalog are read
+    from the run's ``result`` (``sampler.sizing``, ``exact_positives``)."""
+    result = result or {}
+    sizing = (result.get("sampler") or {}).get("sizing") or {}
     name = sampler["_target_"].rsplit(".", 1)[-1].removesuffix("Sampler").lower()
     if name == "full":
         return name
@@ -121,13 +126,15 @@ def _sampler_name(sampler: dict, loss: dict, callbacks: dict | None = None) -> s
         every_n_steps = refresh.get("every_n_steps") or sampler.get("refresh_every_n_steps")
         if every_n_steps:
             parts.append(f"refresh/{every_n_steps} steps")
-        if sampler.get("exact_top_codewords"):
-            parts.append(f"exact top {sampler['exact_top_codewords']}")
+        top_codewords = sizing.get("exact_top_codewords", sampler.get("exact_top_codewords"))
+        if top_codewords:
+            parts.append(f"exact top {top_codewords}")
         name = f"midx[{','.join(parts)}]"
     sampled_softmax = loss.get("_target_", "").endswith("SoftmaxLoss")
     if sampled_softmax and loss.get("shared_negatives"):
         name = f"{name}, shared"
-    return f"{name}, exact positives" if sampled_softmax and loss.get("exact_positives") else name
+    exact_positives = result.get("exact_positives", loss.get("exact_positives"))
+    return f"{name}, exact positives" if sampled_softmax and exact_positives else name
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:

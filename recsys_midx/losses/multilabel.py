@@ -366,7 +366,8 @@ class MultiLabelSoftmaxLoss(CatalogSoftmax):
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
         exact_positives: count each positive exactly in the sampled normaliser instead of
-            logQ-correcting it like a negative (see :class:`CatalogSoftmax`).
+            logQ-correcting it like a negative; ``None``: as the sampler prefers (see
+            :class:`CatalogSoftmax`).
         shared_negatives: draw one set of negatives for the whole batch, shared by all its
             points and their positives, instead of one per point (see :class:`CatalogSoftmax`).
 

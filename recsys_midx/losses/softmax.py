@@ -289,7 +289,8 @@ class CatalogSoftmax(torch.nn.Module):
             the positive and the proposal does not (``q(p) << p(p)``, as for a sampler that
             reproduces a peaked softmax only coarsely), the positive dominates the estimate and
             its gradient ``-(1 - p(p))`` shrinks towards 0. Counted exactly, it does not depend
-            on ``q(p)``.
+            on ``q(p)``. ``None``: as the sampler prefers (``sampler.prefers_exact_positives``;
+            ``True`` only for MIDX with exact top cells).
         shared_negatives: draw one set of ``M = sampler.num_negatives`` negatives for the whole
             batch from the mixture of its queries' proposals (:func:`draw_shared_negatives`)
             instead of ``M`` per query, and score them for all queries with one matrix product.
@@ -308,13 +309,16 @@ class CatalogSoftmax(torch.nn.Module):
     refreshable: ClassVar[bool] = False
 
     def __init__(
-        self, chunk_size: int = 32768, exact_positives: bool = False, shared_negatives: bool = False
+        self,
+        chunk_size: int = 32768,
+        exact_positives: bool | None = None,
+        shared_negatives: bool = False,
     ) -> None:
         super().__init__()
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.chunk_size = int(chunk_size)
-        self.exact_positives = bool(exact_positives)
+        self.exact_positives = None if exact_positives is None else bool(exact_positives)
         self.shared_negatives = bool(shared_negatives)
 
     def forward(
@@ -344,10 +348,17 @@ class CatalogSoftmax(torch.nn.Module):
             draw = draw_shared_negatives
         else:
             draw = draw_negatives if z.dim() == 2 else draw_mixture_negatives
-        negatives = draw(sampler, z, targets, self.exact_positives)
+        negatives = draw(sampler, z, targets, self.counts_positives_exactly(sampler))
         if plain:
             return self.sampled_loss(z, targets, item_emb, negatives)
         return self.head_sampled_loss(z, log_prior, targets, item_emb, negatives, transform)
+
+    def counts_positives_exactly(self, sampler: Sampler) -> bool:
+        """Whether a sampled loss with ``sampler`` counts the positive exactly: as set, or as
+        the sampler prefers when ``exact_positives`` is ``None``."""
+        if self.exact_positives is None:
+            return bool(sampler.prefers_exact_positives)
+        return self.exact_positives
 
     def exact_loss(self, query: Tensor, targets: Tensor, item_emb: Tensor) -> Tensor:
         """Mean exact cross-entropy of the plain dot-product softmax for scaled queries."""
@@ -412,7 +423,8 @@ class SoftmaxLoss(CatalogSoftmax):
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
         exact_positives: count each positive exactly in the sampled normaliser instead of
-            logQ-correcting it like a negative (see :class:`CatalogSoftmax`).
+            logQ-correcting it like a negative; ``None``: as the sampler prefers (see
+            :class:`CatalogSoftmax`).
         shared_negatives: draw one set of negatives for the whole batch instead of one per
             query (see :class:`CatalogSoftmax`).
 

@@ -39,6 +39,10 @@ class Sampler(torch.nn.Module, abc.ABC):
     #: that pool the queries of a batch score ids under any one query instead of all of them.
     query_independent: ClassVar[bool] = False
 
+    #: True when the proposal follows the softmax closely enough that the objective should count
+    #: the positive exactly rather than logQ-correct it (an objective told neither follows this).
+    prefers_exact_positives: bool = False
+
     def __init__(self, num_items: int, num_negatives: int = 100) -> None:
         super().__init__()
         if num_items < 1:
@@ -92,6 +96,10 @@ class Sampler(torch.nn.Module, abc.ABC):
         """
         ids = torch.arange(1, self.num_items + 1, device=query.device)
         return self.log_prob(query, ids.expand(query.shape[0], -1))
+
+    def sizing(self) -> dict[str, int]:
+        """Sizes of the proposal worth recording with a run's results (the default: none)."""
+        return {}
 
     def extra_repr(self) -> str:
         return f"num_items={self.num_items}, num_negatives={self.num_negatives}"

@@ -44,6 +44,42 @@ from recsys_midx.samplers.draws import draw_weighted, position_of_ids, prefix_su
 _SCORE_BLOCK_ELEMENTS = 1 << 20
 
 
+def top_codewords_for_budget(
+    item_budget: int, num_items: int, num_codewords: int, num_codebooks: int
+) -> int:
+    """The largest ``t`` whose ``t**B`` top cells hold at most ``item_budget`` items on average.
+
+    On average a cell holds ``N / K**B`` items, so ``t**B`` cells hold ``t**B * N / K**B``: the
+    result is the largest ``t <= K`` with ``t**B * N <= item_budget * K**B``, and ``0`` (no exact
+    head) when one cell alone holds more than the budget. The exact scoring per query then stays
+    near the budget whatever the catalog: at ``K = 64``, ``B = 2`` and a budget of 900, ``t`` is
+    6 for 100k items, 1 for 1M and 46 for 1,682 (most of such a small catalog).
+
+    Args:
+        item_budget: items scored exactly per query, on average (>= 0).
+        num_items: ``N``.
+        num_codewords: ``K``.
+        num_codebooks: ``B``.
+
+    Returns:
+        ``t`` in ``0..K``.
+
+    Raises:
+        ValueError: if ``item_budget < 0``.
+
+    Example:
+        >>> top_codewords_for_budget(900, 100_000, 64, 2)
+        6
+    """
+    if item_budget < 0:
+        raise ValueError(f"the exact-top item budget must be >= 0, got {item_budget}")
+    capacity = item_budget * num_codewords**num_codebooks
+    top = 0
+    while top < num_codewords and (top + 1) ** num_codebooks * num_items <= capacity:
+        top += 1
+    return top
+
+
 class TopCellsState(NamedTuple):
     """Per-chunk state of the top-cell head, its items laid out query by query."""
 

@@ -33,6 +33,7 @@ Queries are processed in chunks to bound memory.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -60,9 +61,15 @@ from recsys_midx.samplers.cell_draws import (
     two_stages_are_cheaper,
 )
 from recsys_midx.samplers.cell_layout import build_cell_layout, cells_of_keys
-from recsys_midx.samplers.exact_top import ExactTopCells, TopCellsState
+from recsys_midx.samplers.exact_top import (
+    ExactTopCells,
+    TopCellsState,
+    top_codewords_for_budget,
+)
 from recsys_midx.samplers.last_stage import ExactStage, LastStage, PopularityStage, UniformStage
 
+
+log = logging.getLogger(__name__)
 
 class MIDXSampler(Sampler, IndexModule):
     """Inverted multi-index sampler: ``q(i|z) ∝ exp(z.c_i) * w_i(z)`` over codebook cells.
@@ -94,7 +101,11 @@ class MIDXSampler(Sampler, IndexModule):
         exact_top_codewords: ``t``; when positive, the exact softmax over the items whose codes
             are among each codebook's ``t`` best codewords for the query is mixed into the
             proposal (see :mod:`recsys_midx.samplers.exact_top`). It costs a snapshot of the
-            item table in the state and ``|top cells| * D`` multiply-adds per query.
+            item table in the state and ``|top cells| * D`` multiply-adds per query. ``None``:
+            sized from ``exact_top_items`` and the catalog
+            (:func:`~recsys_midx.samplers.exact_top.top_codewords_for_budget`).
+        exact_top_items: with ``exact_top_codewords=None``, the items to score exactly per query
+            on average; ``t`` is the largest that keeps ``t**B * N / K**B`` within it.
         exact_top_weight: the probability of a draw from those top cells, in ``(0, 1)``.
         query_chunk_size: queries processed at once. Temporaries grow linearly with
             ``query_chunk_size * (#cells + M)`` (a chunk's cell tables and draws), besides the
@@ -103,8 +114,8 @@ class MIDXSampler(Sampler, IndexModule):
     Raises:
         ValueError: for an unknown ``quantizer``, ``last_stage`` or ``cell_draw``, ``K > N``, a
             size below 1, ``K**B`` beyond 2**62 (cell keys are int64), a non-finite
-            ``pop_alpha``, a negative ``pop_smoothing`` or ``exact_top_codewords``, or an
-            ``exact_top_weight`` outside ``(0, 1)``.
+            ``pop_alpha``, a negative ``pop_smoothing``, ``exact_top_codewords`` or
+            ``exact_top_items``, or an ``exact_top_weight`` outside ``(0, 1)``.
 
     Example:
         >>> sampler = MIDXSampler(num_items=1000, num_negatives=10, num_codewords=16)
@@ -128,8 +139,9 @@ class MIDXSampler(Sampler, IndexModule):
         warm_start_iters: int = 5,
         seed: int = 0,
         cell_draw: str = "auto",
-        exact_top_codewords: int = 0,
+        exact_top_codewords: int | None = 0,
         exact_top_weight: float = 0.5,
+        exact_top_items: int = 900,
         query_chunk_size: int = 1024,
     ) -> None:
         super().__init__(num_items, num_negatives)
@@ -171,11 +183,27 @@ class MIDXSampler(Sampler, IndexModule):
             seed=seed,
         )
         self.stage: LastStage = stages[last_stage]()
+        if exact_top_items < 0:
+            raise ValueError(f"exact_top_items must be >= 0, got {exact_top_items}")
+        if exact_top_codewords is None:
+            exact_top_codewords = top_codewords_for_budget(
+                exact_top_items, num_items, num_codewords, num_codebooks
+            )
+            log.info(
+                "MIDX exact top cells sized from %d items per query: exact_top_codewords=%d "
+                "(%d**%d of %d**%d cells, %d items)", exact_top_items, exact_top_codewords,
+                exact_top_codewords, num_codebooks, num_codewords, num_codebooks, num_items,
+            )
         if exact_top_codewords < 0:
             raise ValueError(f"exact_top_codewords must be >= 0, got {exact_top_codewords}")
+        #: ``t`` as used (sized or given); 0 without exact top cells.
+        self.exact_top_codewords = int(exact_top_codewords)
         self.exact_top = (
             ExactTopCells(exact_top_codewords, exact_top_weight) if exact_top_codewords else None
         )
+        # Counting the positive exactly is what lets the top cells cut the gradient's error
+        # (docs/guides/samplers.md); objectives left to choose follow this.
+        self.prefers_exact_positives = self.exact_top is not None
         #: ids in cell order (items of cell c are ``order[offsets[c]:offsets[c+1]]``).
         self.register_buffer("order", torch.empty(0, dtype=torch.long))
         self.register_buffer("cell_offsets", torch.empty(0, dtype=torch.long))
@@ -341,10 +369,19 @@ class MIDXSampler(Sampler, IndexModule):
                 out[rows] = log_q
         return out
 
+    def sizing(self) -> dict[str, int]:
+        """The proposal's size: codewords, codebooks and exact-top codewords ``t`` as used."""
+        return {
+            "num_codewords": self.codebooks.num_codewords,
+            "num_codebooks": self.codebooks.num_codebooks,
+            "exact_top_codewords": self.exact_top_codewords,
+        }
+
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, last_stage={self.last_stage!r}, "
-            f"cell_draw={self.cell_draw!r}, query_chunk_size={self.query_chunk_size}"
+            f"cell_draw={self.cell_draw!r}, exact_top_codewords={self.exact_top_codewords}, "
+            f"query_chunk_size={self.query_chunk_size}"
         )
 
     def _checked_query(self, query: Tensor) -> Tensor:

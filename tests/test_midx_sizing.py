@@ -1,0 +1,83 @@
+"""MIDX's exact top cells sized from the catalog, and the loss that follows the sampler's choice
+of how to count the positive."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from recsys_midx.losses import MultiLabelSoftmaxLoss, SoftmaxLoss
+from recsys_midx.samplers import MIDXSampler, UniformSampler
+from recsys_midx.samplers.exact_top import top_codewords_for_budget
+
+
+@pytest.mark.parametrize(
+    ("num_items", "expected"),
+    [(1_682, 46), (100_000, 6), (1_000_000, 1), (3_686_400, 1), (3_686_401, 0)],
+)
+def test_budget_gives_the_largest_t_whose_cells_hold_at_most_the_budget(num_items, expected):
+    top = top_codewords_for_budget(900, num_items, 64, 2)
+
+    assert top == expected
+    assert top**2 * num_items / 64**2 <= 900 < (top + 1) ** 2 * num_items / 64**2
+
+
+def test_budget_beyond_the_catalog_takes_every_cell_and_negative_budgets_are_refused():
+    assert top_codewords_for_budget(1024, 100, 8, 2) == 8
+    assert top_codewords_for_budget(0, 100, 8, 2) == 0
+    with pytest.raises(ValueError, match="budget must be >= 0"):
+        top_codewords_for_budget(-1, 100, 8, 2)
+
+
+def test_sampler_sizes_its_top_cells_from_the_catalog_unless_told():
+    sized = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=None, exact_top_items=200)
+    # t**2 * 2000 / 256 <= 200 gives t = 5 (25 cells, ~195 items).
+    assert sized.sizing() == {"num_codewords": 16, "num_codebooks": 2, "exact_top_codewords": 5}
+    assert sized.exact_top is not None and sized.exact_top.top_codewords == 5
+    assert sized.prefers_exact_positives
+
+    explicit = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=2,
+                           exact_top_items=200)
+    assert explicit.exact_top_codewords == 2 and explicit.prefers_exact_positives
+    off = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=None, exact_top_items=0)
+    assert off.exact_top is None and not off.prefers_exact_positives
+    assert off.sizing()["exact_top_codewords"] == 0
+    with pytest.raises(ValueError, match="exact_top_items must be >= 0"):
+        MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=None, exact_top_items=-5)
+
+
+def test_sized_proposal_draws_follow_its_log_q():
+    catalog = torch.randn(2_001, 8, generator=torch.Generator().manual_seed(0))
+    sampler = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=None,
+                          exact_top_items=200)
+    sampler.update(catalog)
+    query = torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+    ids, log_q = sampler.sample(query, 50, generator=torch.Generator().manual_seed(2))
+
+    torch.testing.assert_close(sampler.log_prob(query, ids), log_q)
+    total = sampler.catalog_log_prob(query).double().exp().sum(1)
+    torch.testing.assert_close(total, torch.ones(3, dtype=torch.float64), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("loss_class", [SoftmaxLoss, MultiLabelSoftmaxLoss])
+def test_loss_left_to_choose_counts_positives_as_the_sampler_prefers(loss_class):
+    with_top = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=3)
+    without_top = MIDXSampler(2_000, 10, num_codewords=16)
+
+    assert loss_class().counts_positives_exactly(with_top)
+    assert not loss_class().counts_positives_exactly(without_top)
+    assert not loss_class().counts_positives_exactly(UniformSampler(2_000, 10))
+    assert not loss_class(exact_positives=False).counts_positives_exactly(with_top)
+    assert loss_class(exact_positives=True).counts_positives_exactly(UniformSampler(2_000, 10))
+
+
+def test_configured_midx_is_sized_from_the_catalog(compose_config):
+    from hydra.utils import instantiate
+
+    cfg = compose_config(["sampler=midx"])
+    assert cfg.sampler.exact_top_codewords is None and cfg.loss.exact_positives is None
+    sampler = instantiate(cfg.sampler, num_items=100_000)
+
+    assert sampler.exact_top_codewords == 6
+    assert instantiate(cfg.loss).counts_positives_exactly(sampler)
+    assert instantiate(compose_config(["sampler=midx_exact"]).sampler, num_items=1_000).exact_top is None
