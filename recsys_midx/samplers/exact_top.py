@@ -271,8 +271,22 @@ class ExactTopCells(IndexModule):
         repeated in order rather than gathered: a sequential copy, cheaper than a second
         gather."""
         out = z.new_empty(positions.shape)
-        limit = max(1, _SCORE_BLOCK_ELEMENTS // z.shape[1])
         bounds = query_offsets.tolist()
+        num_items = self.items_in_cell_order.shape[0]
+        if positions.numel() * z.shape[1] >= z.shape[0] * num_items:
+            # The top cells hold most of a small catalog: scoring every item with one product
+            # reads less memory than gathering a row per top-cell item.
+            query_of = torch.repeat_interleave(
+                torch.arange(z.shape[0], device=z.device), per_query, output_size=len(positions)
+            )
+            step = max(1, _SCORE_BLOCK_ELEMENTS // num_items)
+            for first in range(0, z.shape[0], step):
+                last = min(first + step, z.shape[0])
+                lo, hi = bounds[first], bounds[last]
+                scores = z[first:last] @ self.items_in_cell_order.T
+                out[lo:hi] = scores[query_of[lo:hi] - first, positions[lo:hi]]
+            return out
+        limit = max(1, _SCORE_BLOCK_ELEMENTS // z.shape[1])
         first = 0
         while first < z.shape[0]:
             last = max(first + 1, bisect.bisect_right(bounds, bounds[first] + limit) - 1)
