@@ -13,7 +13,7 @@ from recsys_midx.samplers.exact_top import top_codewords_for_budget
 
 @pytest.mark.parametrize(
     ("num_items", "expected"),
-    [(1_682, 46), (100_000, 6), (1_000_000, 1), (3_686_400, 1), (3_686_401, 0)],
+    [(3_706, 31), (100_000, 6), (1_000_000, 1), (3_686_400, 1), (3_686_401, 0)],
 )
 def test_budget_gives_the_largest_t_whose_cells_hold_at_most_the_budget(num_items, expected):
     top = top_codewords_for_budget(900, num_items, 64, 2)
@@ -22,9 +22,15 @@ def test_budget_gives_the_largest_t_whose_cells_hold_at_most_the_budget(num_item
     assert top**2 * num_items / 64**2 <= 900 < (top + 1) ** 2 * num_items / 64**2
 
 
-def test_budget_beyond_the_catalog_takes_every_cell_and_negative_budgets_are_refused():
-    assert top_codewords_for_budget(1024, 100, 8, 2) == 8
+def test_budget_of_half_the_catalog_or_more_leaves_the_top_cells_off():
+    # ml-100k's 1,682 items: the top cells would hold most of the catalog.
+    assert top_codewords_for_budget(900, 1_682, 64, 2) == 0
+    assert top_codewords_for_budget(900, 1_800, 64, 2) == 0
+    assert top_codewords_for_budget(900, 1_801, 64, 2) == 45
     assert top_codewords_for_budget(0, 100, 8, 2) == 0
+
+
+def test_negative_budgets_are_refused():
     with pytest.raises(ValueError, match="budget must be >= 0"):
         top_codewords_for_budget(-1, 100, 8, 2)
 

@@ -51,11 +51,11 @@ def test_every_sampler_and_model_trains_and_tests(compose_config, tmp_path, samp
     assert saved["dataset"]["items"] <= 80
     assert saved["seconds_per_epoch"] > 0
     assert saved["peak_memory_mb"]["cpu_rss"] > 0
-    # MIDX sizes its exact top cells from the catalog (all 8 codewords of each codebook on this
-    # tiny one) and the loss then counts positives exactly; results.json says what was used.
-    top_codewords = saved["sampler"]["sizing"].get("exact_top_codewords", 0)
-    assert top_codewords == (8 if sampler in ("midx", "midx_pop", "midx_rq") else 0)
-    assert saved["exact_positives"] == (None if sampler == "full" else top_codewords > 0)
+    # MIDX sizes its exact top cells from the catalog (none on one this small, which the budget
+    # would mostly cover) and the loss counts positives as the sampler prefers; results.json
+    # says what was used.
+    assert saved["sampler"]["sizing"].get("exact_top_codewords", 0) == 0
+    assert saved["exact_positives"] is (None if sampler == "full" else False)
     with (tmp_path / "run" / "epochs.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert [int(float(row["epoch"])) for row in rows] == [0, 1]

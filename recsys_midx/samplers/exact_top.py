@@ -53,7 +53,9 @@ def top_codewords_for_budget(
     result is the largest ``t <= K`` with ``t**B * N <= item_budget * K**B``, and ``0`` (no exact
     head) when one cell alone holds more than the budget. The exact scoring per query then stays
     near the budget whatever the catalog: at ``K = 64``, ``B = 2`` and a budget of 900, ``t`` is
-    6 for 100k items, 1 for 1M and 46 for 1,682 (most of such a small catalog).
+    6 for 100k items and 1 for 1M. It is also ``0`` when the budget reaches half the catalog
+    (``2 * item_budget >= N``): the top cells would then hold most items, and the mixture cost
+    about what the exact softmax costs without being exact.
 
     Args:
         item_budget: items scored exactly per query, on average (>= 0).
@@ -73,6 +75,8 @@ def top_codewords_for_budget(
     """
     if item_budget < 0:
         raise ValueError(f"the exact-top item budget must be >= 0, got {item_budget}")
+    if 2 * item_budget >= num_items:
+        return 0
     capacity = item_budget * num_codewords**num_codebooks
     top = 0
     while top < num_codewords and (top + 1) ** num_codebooks * num_items <= capacity:
