@@ -150,8 +150,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "train_wall_seconds": train_wall_seconds,
         "seconds_per_epoch": _mean([row["train_seconds"] for row in epochs]),
         "peak_memory_mb": peak_memory_mb(),
-        "sampler": {**sampler_summary(refreshes), "sizing": module.sampler.sizing()},
-        "exact_positives": counts_positives_exactly(module.loss, module.sampler),
+        **sampler_fields(module, refreshes),
         "best_checkpoint": best_checkpoint or None,
         "output_dir": str(output_dir),
     }
@@ -163,6 +162,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def sampler_fields(module: CatalogModule, refreshes: list[dict[str, float]]) -> dict[str, Any]:
+    """The ``sampler`` and ``exact_positives`` entries of ``results.json``, for a training run
+    (its refresh history) and an evaluation (no refreshes) alike."""
+    return {
+        "sampler": {**sampler_summary(refreshes), "sizing": module.sampler.sizing()},
+        "exact_positives": counts_positives_exactly(module.loss, module.sampler),
+    }
 
 
 def sampler_summary(refreshes: list[dict[str, float]]) -> dict[str, Any]:
