@@ -144,7 +144,7 @@ def test_two_stage_normaliser_equals_the_table(
 
 def test_auto_cell_draw_weighs_both_costs(catalog: dict[str, torch.Tensor]) -> None:
     dense = _built(catalog, **CONFIGS["midx_dense"])  # 64 cells, K = 8
-    assert dense._draws_in_two_stages(4) and not dense._draws_in_two_stages(5)
+    assert dense._draws_in_two_stages(13) and not dense._draws_in_two_stages(14)
     sparse = _built(catalog, **CONFIGS["midx"])  # K = 16, far fewer than 256 cells
     assert sparse._draws_in_two_stages(0) and not sparse._draws_in_two_stages(sparse.num_cells)
     assert not _built(catalog, **CONFIGS["midx_exact_dense"])._draws_in_two_stages(1)

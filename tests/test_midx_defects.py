@@ -1,4 +1,5 @@
-"""MIDX on extreme inputs: factorised masses far below the codebooks' peaks, non-finite queries."""
+"""MIDX on extreme inputs (factorised masses far below the codebooks' peaks, non-finite queries)
+and the rule that picks how cells are drawn."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.samplers import MIDXSampler
+from recsys_midx.samplers.cell_draws import two_stages_are_cheaper
 
 
 def _far_below_peaks(cell_draw: str) -> tuple[MIDXSampler, torch.Tensor]:
@@ -54,3 +56,28 @@ def test_non_finite_query_rows_are_named(method: str, bad: float) -> None:
     }
     with pytest.raises(ValueError, match=r"^query rows \[3, 7\] are not finite"):
         calls[method]()
+
+
+# (K, M, cells, ms with the table / ms in two stages), from the table of scripts/bench_cell_draws.py
+# in docs/benchmarks.md (N=1e5, D=64, Q=1024, one thread): dense grids of the diffuse catalog
+# (spread 4.0) and of the clustered one at K=64 (spread 0.5, the last of the first four rows),
+# sparse tables of the clustered one. A rule that draws 2*M <= K in two stages picks the table
+# in the first four rows.
+MEASURED_CELL_DRAWS = [
+    (64, 64, 4096, 25.7 / 20.6),
+    (128, 100, 16384, 140.2 / 107.5),
+    (256, 256, 65536, 533.0 / 373.3),
+    (64, 100, 4096, 37.8 / 31.3),
+    (32, 64, 1024, 12.9 / 14.7),
+    (64, 160, 4096, 40.2 / 77.5),
+    (128, 256, 16384, 146.9 / 219.2),
+    (128, 100, 966, 16.6 / 47.1),
+    (256, 16, 443, 6.3 / 19.3),
+]
+
+
+@pytest.mark.parametrize(("codewords", "samples", "cells", "ratio"), MEASURED_CELL_DRAWS)
+def test_auto_cell_draw_picks_the_way_measured_faster(
+    codewords: int, samples: int, cells: int, ratio: float
+) -> None:
+    assert two_stages_are_cheaper(codewords, samples, cells) == (ratio > 1.0)

@@ -17,9 +17,9 @@ A cell is drawn in one of two ways:
   ``k_2 | k_1`` is drawn from ``e_2 * W[k_1]``, ``K`` work per draw: ``O(M*K)`` per query besides
   the product, against ``O(#cells)`` exps, cumsums and searches for the table. So cells finer
   than the items (``K**2 > N``) cost no scan of the non-empty cells. ``cell_draw="auto"`` picks
-  the cheaper way: two stages when ``K**2 / 256 + 2*M*K <= #cells`` (costs in units of the
-  table's work per cell; about ``2 * M <= K`` on the dense grid). The table remains the cheaper
-  way for many draws per query against few codewords, and on clustered tables whose few
+  the cheaper way: two stages when ``K**2 / 256 + 0.6 * M * K <= #cells`` (costs in units of
+  the table's work per cell; about ``M <= 5/3 * K`` on the dense grid). The table remains the
+  cheaper way for many draws per query against few codewords, and on clustered tables whose few
   non-empty cells make a short sparse table (which ``#cells`` accounts for). The normaliser of
   :meth:`~recsys_midx.samplers.midx.MIDXSampler.log_prob` comes from the same product, whatever
   ``M``.
@@ -45,6 +45,10 @@ from recsys_midx.samplers.draws import inverse_cdf
 #: two-stage matrix product, which runs at full arithmetic throughput; set by timing both ways.
 _MULTIPLY_ADDS_PER_CELL = 256
 
+#: The work of one weight of a two-stage conditional draw in cells of the table, set by timing
+#: both ways on diffuse and clustered catalogs (``scripts/bench_cell_draws.py``).
+_CELLS_PER_CONDITIONAL_WEIGHT = 0.6
+
 #: Least total mass, per unit of ``sum(W) + K``, of a query's factorised masses: each subnormal
 #: or underflowed product loses at most ``2**-149`` per unit weight, so above this floor the
 #: roundings cost under ``2**-29`` of the total, below float32's own rounding.
@@ -67,10 +71,11 @@ class CodePairGrid(NamedTuple):
 def two_stages_are_cheaper(num_codewords: int, num_samples: int, num_cells: int) -> bool:
     """Whether ``num_samples`` draws per query (0: only the normaliser) cost less in two stages.
 
-    The costs are in units of the table's work per cell (an exp, a cumsum and a search), against
-    the table's ``#cells``: ``K**2 / 256`` for the ``[K, K]`` matrix product (a multiply-add is
-    a small fraction of a cell's work) plus ``2*M*K`` for the conditionals (``M`` rows of ``K``
-    weights per query). For the dense grid that is about ``2 * M <= K``.
+    The costs are in units of the table's work per cell (an exp, a cumsum step and its share of
+    the searches), against the table's ``#cells``: ``K**2 / 256`` for the ``[K, K]`` matrix
+    product (a multiply-add is a small fraction of a cell's work) plus ``0.6 * M * K`` for the
+    conditionals (``M`` rows of ``K`` weights per query: a gathered row, a multiply and a cumsum
+    step per weight, no exp). For the dense grid that is about ``M <= 5/3 * K``.
 
     Args:
         num_codewords: ``K``.
@@ -81,11 +86,12 @@ def two_stages_are_cheaper(num_codewords: int, num_samples: int, num_cells: int)
         ``True`` when the two-stage draw is the cheaper one.
 
     Example:
-        >>> two_stages_are_cheaper(64, 31, 64 * 64), two_stages_are_cheaper(64, 32, 64 * 64)
+        >>> two_stages_are_cheaper(64, 106, 64 * 64), two_stages_are_cheaper(64, 107, 64 * 64)
         (True, False)
     """
     k = num_codewords
-    return k * k // _MULTIPLY_ADDS_PER_CELL + 2 * num_samples * k <= num_cells
+    conditionals = _CELLS_PER_CONDITIONAL_WEIGHT * num_samples * k
+    return k * k / _MULTIPLY_ADDS_PER_CELL + conditionals <= num_cells
 
 
 def code_pair_grid(
