@@ -97,6 +97,12 @@ class TopCellsState(NamedTuple):
     log_normaliser: Tensor
     #: ``[T]`` ids of every query's top-cell items, query after query.
     ids: Tensor
+    #: ``[T]`` exact scores ``z.v`` of those items.
+    exact: Tensor
+    #: ``[Qc, t**B]`` start of each top cell in the cell order (0 for an empty cell).
+    cell_starts: Tensor
+    #: ``[Qc, t**B]`` start of each top cell's items in the flat layout.
+    cell_offsets: Tensor
     #: ``[T]`` float64 inclusive cumsum of ``exp(z.v - max over the query's items)``.
     cum: Tensor
     #: ``[Qc + 1]`` ``cum`` before each query's items (last entry: the total).
@@ -170,6 +176,7 @@ class ExactTopCells(IndexModule):
         counts = torch.where(present, offsets[cells + 1] - starts, 0)
         per_query = counts.sum(1)
         positions = _segment_positions(starts.flatten(), counts.flatten())
+        cell_offsets = counts.flatten().cumsum(0).sub_(counts.flatten()).view_as(counts)
         query_offsets = torch.cat([per_query.new_zeros(1), per_query.cumsum(0)])
         exact = self._item_scores(z, per_query, query_offsets, positions)
         ids = order[positions]
@@ -186,6 +193,9 @@ class ExactTopCells(IndexModule):
             log_rest,
             log_normaliser,
             ids,
+            exact,
+            torch.where(present, starts, 0),
+            cell_offsets,
             cum,
             query_cum,
             query_offsets,
@@ -209,14 +219,27 @@ class ExactTopCells(IndexModule):
         return torch.where(from_head, head_ids, ids)
 
     def mix_log_prob(
-        self, state: TopCellsState, z: Tensor, ids: Tensor, codes: Tensor, log_q_rest: Tensor
+        self, state: TopCellsState, ids: Tensor, codes: Tensor, log_q_rest: Tensor
     ) -> Tensor:
         """The mixture's ``log q`` of ``ids`` ``[Qc, L]`` (codes ``[Qc, L, B]``), given the MIDX
-        proposal's ``log_q_rest`` ``[Qc, L]`` (``-inf`` for id 0)."""
-        in_top = (codes.unsqueeze(3) == state.top_codes.unsqueeze(1)).any(3).all(2)
-        in_top &= ids > 0
-        items = self.items_in_cell_order[self.position_of_id[ids]]
-        exact = torch.einsum("qd,qld->ql", z, items)
+        proposal's ``log_q_rest`` ``[Qc, L]`` (``-inf`` for id 0).
+
+        An id in its query's top cells takes the exact score :meth:`prepare` computed for it: its
+        top cell (the rank of its code among each codebook's ``t`` best) gives its place in the
+        flat layout, so no item row is read again.
+        """
+        matches = codes.unsqueeze(3) == state.top_codes.unsqueeze(1)  # [Qc, L, B, t]
+        in_top = matches.any(3).all(2) & (ids > 0)
+        top = state.top_codes.shape[2]
+        cell = torch.zeros_like(ids)
+        for rank in matches.int().argmax(3).unbind(2):
+            cell = cell * top + rank
+        start = state.cell_starts.gather(1, cell)
+        flat = state.cell_offsets.gather(1, cell) + self.position_of_id[ids] - start
+        if state.exact.numel():
+            exact = state.exact[flat.masked_fill_(~in_top, 0)]
+        else:  # no query of the chunk has a non-empty top cell: no id is in one
+            exact = torch.zeros(ids.shape, device=ids.device)
         return _mix(
             in_top, exact, state.log_normaliser, state.log_weight, state.log_rest_weight, log_q_rest
         )

@@ -300,7 +300,7 @@ class MIDXSampler(Sampler, IndexModule):
                     chunk_ids = self.exact_top.mix_draws(top, chunk_ids, generator)
                     codes = self.codebooks.codes[chunk_ids - 1]
                     log_q_rest = self._log_q(scores, state, log_z, chunk_ids, codes)
-                    log_q[rows] = self.exact_top.mix_log_prob(top, z, chunk_ids, codes, log_q_rest)
+                    log_q[rows] = self.exact_top.mix_log_prob(top, chunk_ids, codes, log_q_rest)
                 ids[rows] = chunk_ids
         return ids, log_q
 
@@ -334,7 +334,7 @@ class MIDXSampler(Sampler, IndexModule):
                 log_q = self._log_q(scores, state, log_z, chunk_ids, codes)
                 if self.exact_top is not None:
                     top = self._prepare_exact_top(z, scores)
-                    log_q = self.exact_top.mix_log_prob(top, z, chunk_ids, codes, log_q)
+                    log_q = self.exact_top.mix_log_prob(top, chunk_ids, codes, log_q)
                 out[rows] = log_q
         return out.view(ids.shape)
 
