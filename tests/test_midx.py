@@ -211,7 +211,9 @@ def test_catalog_log_prob_equals_log_prob_of_every_id(
     sampler = _built(catalog, **CONFIGS[name])
     queries = catalog["queries"]
     expected = sampler.log_prob(queries, _all_ids(NUM_QUERIES))
-    torch.testing.assert_close(sampler.catalog_log_prob(queries), expected, atol=1e-6, rtol=0)
+    # Top-cell scores come from a sparse product here and a dense one for the whole catalog:
+    # float32 rounding differs by a few ulps.
+    torch.testing.assert_close(sampler.catalog_log_prob(queries), expected, atol=5e-6, rtol=0)
 
 
 def test_padding_id_has_zero_probability(catalog: dict[str, torch.Tensor]) -> None:

@@ -89,25 +89,20 @@ def test_configured_midx_is_sized_from_the_catalog(compose_config):
     assert instantiate(compose_config(["sampler=midx_exact"]).sampler, num_items=1_000).exact_top is None
 
 
-@pytest.mark.parametrize("items_per_query", [3, 400], ids=["gathered-rows", "whole-catalog"])
-def test_top_cell_scores_are_exact_whether_rows_are_gathered_or_the_catalog_scored(
-    items_per_query,
-):
-    # 400 of 500 items per query at D=8 is beyond the gather's break-even (N / D = 62.5).
-    from recsys_midx.samplers.exact_top import ExactTopCells
+@pytest.mark.parametrize("items_per_query", [0, 3, 400])
+def test_top_cell_scores_are_the_dot_products_at_each_querys_positions(items_per_query):
+    from recsys_midx.samplers.exact_top import _scores_at
 
     generator = torch.Generator().manual_seed(0)
-    table = torch.randn(501, 8, generator=generator)
-    top = ExactTopCells(2, 0.5)
-    top.rebuild(table, torch.randperm(500, generator=generator) + 1)
+    table = torch.randn(500, 8, generator=generator)
     z = torch.randn(4, 8, generator=generator)
-    positions = torch.cat([torch.randperm(500, generator=generator)[:items_per_query]
+    positions = torch.cat([torch.randperm(500, generator=generator)[:items_per_query].sort().values
                            for _ in range(4)])
     per_query = torch.full((4,), items_per_query)
     offsets = torch.cat([per_query.new_zeros(1), per_query.cumsum(0)])
 
-    scores = top._item_scores(z, per_query, offsets, positions)
+    scores = _scores_at(z, table, offsets, positions)
 
     query_of = torch.arange(4).repeat_interleave(items_per_query)
-    expected = (z[query_of] * top.items_in_cell_order[positions]).sum(1)
+    expected = (z[query_of] * table[positions]).sum(1)
     torch.testing.assert_close(scores, expected)

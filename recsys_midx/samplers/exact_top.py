@@ -22,14 +22,14 @@ multiply-adds (no gradient), against ``N * D`` for the exact softmax; ``|H(z)|``
 
 The exact scores use a snapshot of the item table taken at the proposal's last rebuild, so a
 draw and its ``log q`` agree between rebuilds. The snapshot is stored in cell order: a query's
-top-cell items are then a few contiguous runs, which gather faster than rows scattered over the
-table.
+top-cell items are then a few contiguous runs, scored in place by one sampled sparse product
+(``torch.sparse.sampled_addmm``) rather than copied out row by row.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -38,11 +38,6 @@ from torch import Tensor
 
 from recsys_midx.index import IndexModule
 from recsys_midx.samplers.draws import draw_weighted, position_of_ids, prefix_sum
-
-#: Cap on ``neighbourhood items x D`` scored at once: blocks of a few MB are reused by the
-#: allocator, where one large gather pays for fresh pages.
-_SCORE_BLOCK_ELEMENTS = 1 << 20
-
 
 def top_codewords_for_budget(
     item_budget: int, num_items: int, num_codewords: int, num_codebooks: int
@@ -172,13 +167,18 @@ class ExactTopCells(IndexModule):
         for b in range(1, top_codes.shape[1]):
             keys = (keys.unsqueeze(2) * num_codewords + top_codes[:, b].unsqueeze(1)).flatten(1)
         cells, present = cells_of_keys(keys)
-        starts = offsets[cells]
+        starts = torch.where(present, offsets[cells], 0)
         counts = torch.where(present, offsets[cells + 1] - starts, 0)
         per_query = counts.sum(1)
-        positions = _segment_positions(starts.flatten(), counts.flatten())
-        cell_offsets = counts.flatten().cumsum(0).sub_(counts.flatten()).view_as(counts)
+        # Cells are disjoint runs of the cell order: taken by start, a query's positions ascend,
+        # as the sparse layout that scores them asks.
+        by_start = starts.argsort(1)
+        sorted_counts = counts.gather(1, by_start)
+        positions = _segment_positions(starts.gather(1, by_start).flatten(), sorted_counts.flatten())
+        sorted_offsets = sorted_counts.flatten().cumsum(0).sub_(sorted_counts.flatten())
+        cell_offsets = torch.empty_like(counts).scatter_(1, by_start, sorted_offsets.view_as(counts))
         query_offsets = torch.cat([per_query.new_zeros(1), per_query.cumsum(0)])
-        exact = self._item_scores(z, per_query, query_offsets, positions)
+        exact = _scores_at(z, self.items_in_cell_order, query_offsets, positions)
         ids = order[positions]
         query_of = torch.repeat_interleave(torch.arange(rows, device=z.device), per_query)
         peak = exact.new_full((rows,), -math.inf).scatter_reduce_(0, query_of, exact, "amax")
@@ -194,7 +194,7 @@ class ExactTopCells(IndexModule):
             log_normaliser,
             ids,
             exact,
-            torch.where(present, starts, 0),
+            starts,
             cell_offsets,
             cum,
             query_cum,
@@ -290,40 +290,6 @@ class ExactTopCells(IndexModule):
         log_rest = torch.full(empty.shape, math.log1p(-self.weight), device=empty.device)
         return log_weight.masked_fill_(empty, -math.inf), log_rest.masked_fill_(empty, 0.0)
 
-    def _item_scores(
-        self, z: Tensor, per_query: Tensor, query_offsets: Tensor, positions: Tensor
-    ) -> Tensor:
-        """Exact scores ``[T]`` of the items at cell-order ``positions``, laid out query after
-        query, in blocks of whole queries that bound the gathered rows. Each query row is
-        repeated in order rather than gathered: a sequential copy, cheaper than a second
-        gather."""
-        out = z.new_empty(positions.shape)
-        bounds = query_offsets.tolist()
-        num_items = self.items_in_cell_order.shape[0]
-        if positions.numel() * z.shape[1] >= z.shape[0] * num_items:
-            # The top cells hold most of a small catalog: scoring every item with one product
-            # reads less memory than gathering a row per top-cell item.
-            query_of = torch.repeat_interleave(
-                torch.arange(z.shape[0], device=z.device), per_query, output_size=len(positions)
-            )
-            step = max(1, _SCORE_BLOCK_ELEMENTS // num_items)
-            for first in range(0, z.shape[0], step):
-                last = min(first + step, z.shape[0])
-                lo, hi = bounds[first], bounds[last]
-                scores = z[first:last] @ self.items_in_cell_order.T
-                out[lo:hi] = scores[query_of[lo:hi] - first, positions[lo:hi]]
-            return out
-        limit = max(1, _SCORE_BLOCK_ELEMENTS // z.shape[1])
-        first = 0
-        while first < z.shape[0]:
-            last = max(first + 1, bisect.bisect_right(bounds, bounds[first] + limit) - 1)
-            lo, hi = bounds[first], bounds[last]
-            rows = z[first:last].repeat_interleave(per_query[first:last], dim=0, output_size=hi - lo)
-            items = self.items_in_cell_order.index_select(0, positions[lo:hi])
-            out[lo:hi] = torch.einsum("td,td->t", rows, items)
-            first = last
-        return out
-
 
 def _mix(
     in_top: Tensor,
@@ -336,6 +302,26 @@ def _mix(
     """``log((1 - lam) q_rest + lam [in top] exp(exact) / Z_H)``, all in logs."""
     head = torch.where(in_top, exact - log_normaliser, -math.inf)
     return torch.logaddexp(log_q_rest + log_rest_weight, head + log_weight)
+
+
+def _scores_at(z: Tensor, items: Tensor, query_offsets: Tensor, positions: Tensor) -> Tensor:
+    """The scores ``z_q . items[p]`` ``[T]`` of each query ``q`` at its ``positions``
+    ``query_offsets[q]:query_offsets[q + 1]`` (ascending within a query).
+
+    A sampled dense-dense product over the sparse pattern of the positions: it reads each item
+    row in place, where gathering the rows and repeating the query copies both.
+    """
+    with warnings.catch_warnings():
+        # torch warns once per process that sparse CSR tensors are a beta feature.
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        pattern = torch.sparse_csr_tensor(
+            query_offsets,
+            positions,
+            z.new_zeros(positions.shape),
+            size=(z.shape[0], items.shape[0]),
+            check_invariants=False,  # valid by construction; checking would cost a pass
+        )
+        return torch.sparse.sampled_addmm(pattern, z, items.T, beta=0.0).values()
 
 
 def _segment_positions(starts: Tensor, counts: Tensor) -> Tensor:
