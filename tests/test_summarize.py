@@ -73,7 +73,7 @@ def test_summary_table_and_plots(sweep: Path, tmp_path: Path) -> None:
     markdown = (out / "summary.md").read_text()
     assert "| tiny | SASRec | dot | full | - | 3 | 0.2000 ± 0.0200 |" in markdown
     assert markdown in done.stdout
-    for name in ("test_ndcg", "val_ndcg_vs_time", "epoch_time"):
+    for name in ("test_quality", "val_quality_vs_time", "epoch_time"):
         png = out / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
@@ -83,7 +83,7 @@ def test_plots_default_next_to_first_folder(sweep: Path) -> None:
     subprocess.run([sys.executable, str(ROOT / "scripts" / "summarize.py"), str(sweep)],
                    capture_output=True, check=True)
     assert {p.name for p in sweep.glob("*.png")} == {
-        "test_ndcg.png", "val_ndcg_vs_time.png", "epoch_time.png"}
+        "test_quality.png", "val_quality_vs_time.png", "epoch_time.png"}
 
 
 @pytest.mark.slow
@@ -226,7 +226,7 @@ def _write_two_samplers(tmp_path: Path) -> Path:
 def test_time_to_quality_times_each_share_of_the_exact_softmaxs_best() -> None:
     def run(sampler: str, path: str, elapsed: list[float], values: list[float]) -> pd.DataFrame:
         return pd.DataFrame({"dataset": "d", "model": "m", "sampler": sampler, "label": sampler,
-                             "path": path, "elapsed": elapsed, "val/ndcg@10": values})
+                             "path": path, "elapsed": elapsed, "quality": values})
 
     epochs = pd.concat([
         # The exact softmax's best, averaged over its runs: (1.0 + 0.8) / 2 = 0.9.
@@ -251,5 +251,37 @@ def test_time_to_quality_times_each_share_of_the_exact_softmaxs_best() -> None:
 
 def test_time_to_quality_leaves_out_panels_without_the_exact_softmax() -> None:
     epochs = pd.DataFrame({"dataset": "d", "model": "m", "sampler": "midx", "label": "midx",
-                           "path": "a", "elapsed": [1.0], "val/ndcg@10": [0.5]})
+                           "path": "a", "elapsed": [1.0], "quality": [0.5]})
     assert time_to_quality(epochs).empty
+
+
+def test_extreme_classification_runs_are_summarised_by_the_metric_their_task_monitors(
+    tmp_path: Path,
+) -> None:
+    from recsys_midx.analysis.summarize import load_runs, summarize
+    from recsys_midx.analysis.summarize import to_markdown as table_markdown
+    from recsys_midx.analysis.summary_plots import epoch_rows, with_labels
+
+    for sampler, p_at_1 in (("full", 0.8), ("uniform", 0.6)):
+        folder = tmp_path / sampler
+        folder.mkdir()
+        results = {
+            "config": {"dataset": {"name": "xc"}, "seed": 0, "task": {"monitor": "val/p@1"},
+                       "model": {"_target_": "recsys_midx.models.XCMLP"},
+                       "sampler": SAMPLER_TARGETS[sampler]},
+            "metrics": {"test/p@1": p_at_1, "test/p@5": p_at_1 / 4, "test/psp@5": p_at_1 / 5,
+                        "val/p@1": p_at_1 + 0.01},
+            "epochs_run": 2, "best_epoch": 1, "seconds_per_epoch": 1.0, "train_wall_seconds": 2.0,
+        }
+        (folder / "results.json").write_text(json.dumps(results))
+        pd.DataFrame({"epoch": [0.0, 1.0], "train_seconds": [1.0, 1.0], "val_seconds": [0.5, 0.5],
+                      "val/p@1": [p_at_1 / 2, p_at_1 + 0.01]}).to_csv(folder / "epochs.csv",
+                                                                     index=False)
+
+    runs = with_labels(load_runs([tmp_path]))
+    markdown = table_markdown(summarize(runs))
+    assert "| test/p@1 | test/p@5 | test/psp@5 | val/p@1 |" in markdown
+    assert "ndcg" not in markdown
+    table = time_to_quality(epoch_rows(runs)).set_index("label")
+    assert table.loc["uniform (M=32)", "best share"] == pytest.approx(0.61 / 0.81)
+    assert table.loc["full", "s to 0.97"] == pytest.approx(3.0)

@@ -27,7 +27,14 @@ from recsys_midx.analysis.sweeps import varying_settings
 from recsys_midx.analysis.time_to_quality import time_to_quality
 from recsys_midx.analysis.time_to_quality import to_markdown as time_to_quality_markdown
 
-METRICS = ["test/ndcg@10", "test/hr@10", "test/mrr@10", "val/ndcg@10"]
+#: Table columns per task, keyed by the validation metric the task monitors (``task.monitor``):
+#: that metric on the test split first, then its companions, then the metric itself.
+METRICS = {
+    "val/ndcg@10": ["test/ndcg@10", "test/hr@10", "test/mrr@10", "val/ndcg@10"],
+    "val/p@1": ["test/p@1", "test/p@5", "test/psp@5", "val/p@1"],
+}
+#: The monitor of runs whose config predates ``task.monitor``.
+DEFAULT_MONITOR = "val/ndcg@10"
 #: Readable names of a run's setup; ``settings`` adds whatever else tells two groups apart.
 NAMED = ["dataset", "model", "head", "sampler", "negatives"]
 GROUP = [*NAMED, "settings"]
@@ -48,6 +55,7 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
             configs.append(config)
             output_dirs.append(result.get("output_dir", str(path.parent)))
             sampler = config["sampler"]
+            monitor = config.get("task", {}).get("monitor", DEFAULT_MONITOR)
             rows.append({
                 "dataset": config["dataset"]["name"],
                 "model": config["model"]["_target_"].rsplit(".", 1)[-1],
@@ -57,7 +65,9 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
                 "negatives": sampler.get("num_negatives") if "Full" not in sampler["_target_"]
                 else None,
                 "seed": config["seed"],
-                **{name: result["metrics"].get(name) for name in METRICS},
+                "monitor": monitor,
+                "test quality": result["metrics"].get(f"test/{monitor.removeprefix('val/')}"),
+                **{name: result["metrics"].get(name) for name in METRICS.get(monitor, [monitor])},
                 "epochs": result["epochs_run"],
                 "best_epoch": result["best_epoch"],
                 "s/epoch": result["seconds_per_epoch"],
@@ -140,7 +150,7 @@ def _sampler_name(
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean and standard deviation over the runs of each group, and its number of distinct
     seeds (``std`` is empty for a group of one run)."""
-    numeric = [*METRICS, "epochs", "s/epoch", "train s"]
+    numeric = [*_metrics(runs), "epochs", "s/epoch", "train s"]
     grouped = runs.fillna({"negatives": -1}).groupby(GROUP)
     table = grouped[numeric].agg(["mean", "std"])
     table.columns = [f"{name} {stat}" for name, stat in table.columns]
@@ -148,19 +158,27 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index().replace({"negatives": {-1: None}})
 
 
+def _metrics(runs: pd.DataFrame) -> list[str]:
+    """The table's metric columns: those of each task among the runs, in order of appearance."""
+    names = [METRICS.get(monitor, [monitor]) for monitor in runs["monitor"].unique()]
+    return list(dict.fromkeys(name for group in names for name in group))
+
+
 def to_markdown(table: pd.DataFrame) -> str:
     """The table in markdown; the ``settings`` column only when some group has settings, and
     no ``±`` for a group of one run."""
     keys = GROUP if (table["settings"] != "").any() else NAMED
-    header = [*keys, "seeds", *METRICS, "epochs", "s/epoch"]
+    metrics = [column.removesuffix(" mean") for column in table.columns
+               if column.startswith(("test/", "val/")) and column.endswith(" mean")]
+    header = [*keys, "seeds", *metrics, "epochs", "s/epoch"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, row in table.iterrows():
         cells = [_cell(row[key]) for key in keys]
         cells.append(str(row["seeds"]))
-        for name in [*METRICS, "epochs", "s/epoch"]:
+        for name in [*metrics, "epochs", "s/epoch"]:
             mean, std = row[f"{name} mean"], row[f"{name} std"]
             spread = "" if pd.isna(std) else f" ± {std:.4f}"
-            cells.append(f"{mean:.4f}{spread}" if name in METRICS else f"{mean:.1f}")
+            cells.append(f"{mean:.4f}{spread}" if name in metrics else f"{mean:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -1,18 +1,22 @@
 """Plots of a sweep, drawn from the runs table of :mod:`recsys_midx.analysis.summarize` and
 each run's ``epochs.csv``.
 
-Three PNG files, one panel per (dataset, model):
+Three PNG files, one panel per (dataset, model). A panel's quality metric is the one its task
+monitors (``task.monitor``: NDCG@10 for sequential recommendation, P@1 for extreme
+classification):
 
-* ``test_ndcg.png``: test NDCG@10 per sampler, mean over seeds with a one-standard-deviation bar;
-* ``val_ndcg_vs_time.png``: validation NDCG@10 of every run against the cumulative wall-clock
-  seconds of its epochs (training plus validation, from ``epochs.csv``), one colour per sampler;
+* ``test_quality.png``: the metric on the test split per sampler, mean over seeds with a
+  one-standard-deviation bar;
+* ``val_quality_vs_time.png``: the validation metric of every run against the cumulative
+  wall-clock seconds of its epochs (training plus validation, from ``epochs.csv``), one colour per
+  sampler;
 * ``epoch_time.png``: training and validation seconds per epoch per sampler (stacked bars of the
   means over seeds, with a standard-deviation bar on the total).
 
 Example:
     >>> runs = with_labels(summarize.load_runs([Path("multirun/2026-11-22/10-00-00")]))
-    >>> plot_all(runs, epoch_rows(runs), Path("docs/results/ml-100k"))["test_ndcg"]
-    PosixPath('docs/results/ml-100k/test_ndcg.png')
+    >>> plot_all(runs, epoch_rows(runs), Path("docs/results/ml-100k"))["test_quality"]
+    PosixPath('docs/results/ml-100k/test_quality.png')
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 PANEL = ["dataset", "model"]
-_METRIC = "ndcg@10"
 
 
 def plot_all(runs: pd.DataFrame, epochs: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
@@ -36,16 +39,18 @@ def plot_all(runs: pd.DataFrame, epochs: pd.DataFrame, out_dir: Path) -> dict[st
     Args:
         runs: one row per run, as returned by ``summarize.load_runs``, labelled by
             :func:`with_labels` (columns ``dataset``, ``model``, ``sampler``, ``label``,
-            ``seed``, ``test/ndcg@10``, ``path``...).
+            ``seed``, ``monitor``, ``test quality``, ``path``...).
         epochs: the runs' per-epoch rows, :func:`epoch_rows` of ``runs``.
         out_dir: an existing folder.
 
     Returns:
-        ``{"test_ndcg": PATH, "val_ndcg_vs_time": PATH, "epoch_time": PATH}``.
+        ``{"test_quality": PATH, "val_quality_vs_time": PATH, "epoch_time": PATH}``.
     """
+    metrics = ", ".join(_metric_name(monitor) for monitor in sorted(runs["monitor"].unique()))
     plots: dict[str, tuple[Callable[[Axes, pd.DataFrame], None], pd.DataFrame, str]] = {
-        "test_ndcg": (_test_bars, runs, "Test NDCG@10 per sampler (mean ± std over seeds)"),
-        "val_ndcg_vs_time": (_val_curves, epochs, "Validation NDCG@10 against training time"),
+        "test_quality": (_test_bars, runs, f"Test {metrics} per sampler (mean ± std over seeds)"),
+        "val_quality_vs_time": (_val_curves, epochs,
+                                f"Validation {metrics} against training time"),
         "epoch_time": (_epoch_bars, epochs, "Seconds per epoch (mean ± std over seeds)"),
     }
     written = {}
@@ -76,8 +81,9 @@ def run_label(row: pd.Series) -> str:
 
 
 def epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every run's ``epochs.csv`` rows with its panel keys, sampler, label, seed and cumulative
-    seconds (``elapsed``: training plus validation).
+    """Every run's ``epochs.csv`` rows with its panel keys, sampler, label, seed, monitored
+    metric (``monitor``) and its value (``quality``), and cumulative seconds (``elapsed``:
+    training plus validation).
 
     A run without ``epochs.csv`` contributes nothing (its results still enter the table).
 
@@ -92,11 +98,12 @@ def epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
             continue
         epochs = pd.read_csv(path)
         epochs["elapsed"] = (epochs["train_seconds"] + epochs["val_seconds"]).cumsum()
-        for key in [*PANEL, "sampler", "label", "seed", "path"]:
+        epochs["quality"] = epochs[run["monitor"]]
+        for key in [*PANEL, "sampler", "label", "seed", "path", "monitor"]:
             epochs[key] = run[key]
         frames.append(epochs)
-    columns = [*PANEL, "sampler", "label", "seed", "path", "epoch", "elapsed", "train_seconds",
-               "val_seconds", f"val/{_METRIC}"]
+    columns = [*PANEL, "sampler", "label", "seed", "path", "monitor", "epoch", "elapsed",
+               "train_seconds", "val_seconds", "quality"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
@@ -127,7 +134,7 @@ def _panels(
 
 
 def _test_bars(ax: Axes, runs: pd.DataFrame) -> None:
-    stats = runs.groupby("label")[f"test/{_METRIC}"].agg(["mean", "std"])
+    stats = runs.groupby("label")["test quality"].agg(["mean", "std"])
     stats["seeds"] = runs.groupby("label")["seed"].nunique()
     ax.bar(stats.index, stats["mean"], yerr=stats["std"].fillna(0.0), capsize=4,
            color=[_colour(label) for label in stats.index])
@@ -136,7 +143,7 @@ def _test_bars(ax: Axes, runs: pd.DataFrame) -> None:
                     textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
     # Headroom above the tallest error bar for the value labels.
     ax.set_ylim(0, float((stats["mean"] + stats["std"].fillna(0.0)).max()) * 1.25)
-    ax.set_ylabel("test NDCG@10 (best checkpoint)")
+    ax.set_ylabel(f"test {_panel_metric(runs)} (best checkpoint)")
     _slant_labels(ax)
 
 
@@ -145,11 +152,11 @@ def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
     seen: set[str] = set()
     for (label, _), run in epochs.groupby(["label", "path"], sort=True):
         linestyle, marker = styles[label]
-        ax.plot(run["elapsed"], run[f"val/{_METRIC}"], marker=marker, markersize=3,
+        ax.plot(run["elapsed"], run["quality"], marker=marker, markersize=3,
                 linestyle=linestyle, color=_colour(label), label=None if label in seen else label)
         seen.add(label)
     ax.set_xlabel("wall-clock seconds (training + validation, cumulative)")
-    ax.set_ylabel("validation NDCG@10")
+    ax.set_ylabel(f"validation {_panel_metric(epochs)}")
     # Below the axes: a legend of long labels inside them would hide the curves.
     ax.legend(title="sampler (one line per seed)", fontsize=8, loc="upper center",
               bbox_to_anchor=(0.5, -0.12))
@@ -168,6 +175,16 @@ def _epoch_bars(ax: Axes, epochs: pd.DataFrame) -> None:
     ax.set_ylabel("seconds per epoch")
     _slant_labels(ax)
     ax.legend(fontsize=8)
+
+
+def _metric_name(monitor: str) -> str:
+    """``val/ndcg@10`` -> ``NDCG@10``."""
+    return monitor.removeprefix("val/").upper()
+
+
+def _panel_metric(frame: pd.DataFrame) -> str:
+    """The readable name of the metric a panel's runs monitor."""
+    return ", ".join(_metric_name(monitor) for monitor in sorted(frame["monitor"].unique()))
 
 
 def _slant_labels(ax: Axes) -> None:

@@ -26,7 +26,7 @@ FRACTIONS = (0.90, 0.95, 0.97)
 
 def time_to_quality(
     epochs: pd.DataFrame, fractions: Sequence[float] = FRACTIONS,
-    metric: str = "val/ndcg@10", reference_sampler: str = "full",
+    metric: str = "quality", reference_sampler: str = "full",
 ) -> pd.DataFrame:
     """Best share of the reference and seconds to each share, per group of runs.
 
@@ -35,7 +35,8 @@ def time_to_quality(
             :func:`~recsys_midx.analysis.summary_plots.epoch_rows` gives them (columns
             ``dataset``, ``model``, ``sampler``, ``label``, ``path``, ``elapsed``, ``metric``).
         fractions: shares of the reference to time.
-        metric: the validation metric (higher is better).
+        metric: the column of the validation metric (higher is better); ``quality`` is the
+            one each run's task monitors.
         reference_sampler: the sampler whose best is the reference.
 
     Returns:
@@ -49,7 +50,7 @@ def time_to_quality(
     Example:
         >>> epochs = pd.DataFrame({"dataset": "d", "model": "m", "sampler": ["full"] * 2,
         ...                        "label": "full", "path": "a", "elapsed": [10.0, 20.0],
-        ...                        "val/ndcg@10": [0.5, 1.0]})
+        ...                        "quality": [0.5, 1.0]})
         >>> time_to_quality(epochs, fractions=[0.9])["s to 0.9"].tolist()
         [20.0]
     """

@@ -1,0 +1,42 @@
+"""The frontier sweep's runs compose with the real configs, and its dry run lists them."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+
+ROOT = Path(__file__).resolve().parents[1]
+_SPEC = importlib.util.spec_from_file_location("frontier", ROOT / "scripts" / "frontier.py")
+frontier = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(frontier)
+
+
+@pytest.mark.parametrize("task", sorted(frontier.EXPERIMENTS))
+def test_every_frontier_run_builds_its_sampler_and_loss(compose_config, task):
+    for label, overrides in frontier.configurations().items():
+        cfg = compose_config([f"experiment={frontier.EXPERIMENTS[task]}", *overrides])
+        sampler = instantiate(cfg.sampler, num_items=5_000)
+        loss = instantiate(cfg.loss)
+        assert type(sampler).__name__.lower().startswith(label.split("-")[0].split("_")[0]), label
+        assert loss.shared_negatives == label.endswith("-shared"), label
+        assert cfg.task.monitor == {"seqrec": "val/ndcg@10", "xc": "val/p@1"}[task]
+
+
+def test_dry_run_prints_one_command_per_chosen_run(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "frontier.py"), "--task", "xc", "--dry-run",
+         "--out", str(tmp_path), "--max-minutes", "90", "--only", "full", "uniform-256-shared"],
+        capture_output=True, text=True, check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2
+    assert "experiment=xc-synthetic-100k sampler=full " in lines[0]
+    assert "+trainer.max_time=00:01:30:00" in lines[0]
+    assert f"hydra.run.dir={tmp_path / 'xc' / 'uniform-256-shared'}" in lines[1]
+    assert "loss.shared_negatives=true" in lines[1]
+    assert not any(tmp_path.iterdir())
