@@ -46,7 +46,7 @@ def plot_all(runs: pd.DataFrame, epochs: pd.DataFrame, out_dir: Path) -> dict[st
     Returns:
         ``{"test_quality": PATH, "val_quality_vs_time": PATH, "epoch_time": PATH}``.
     """
-    metrics = ", ".join(_metric_name(monitor) for monitor in sorted(runs["monitor"].unique()))
+    metrics = _panel_metric(runs)
     plots: dict[str, tuple[Callable[[Axes, pd.DataFrame], None], pd.DataFrame, str]] = {
         "test_quality": (_test_bars, runs, f"Test {metrics} per sampler (mean ± std over seeds)"),
         "val_quality_vs_time": (_val_curves, epochs,
