@@ -8,8 +8,9 @@ classification):
 * ``test_quality.png``: the metric on the test split per sampler, mean over seeds with a
   one-standard-deviation bar;
 * ``val_quality_vs_time.png``: the validation metric of every run against the cumulative
-  wall-clock seconds of its epochs (training plus validation, from ``epochs.csv``), one colour per
-  sampler;
+  wall-clock seconds of its epochs (training plus validation, from ``epochs.csv``, on a log
+  scale), one colour per sampler, with lines at :data:`FRACTIONS` of the exact softmax's best
+  (:func:`exact_best`) when the panel has it, and then from :data:`BELOW_EXACT` of it up;
 * ``epoch_time.png``: training and validation seconds per epoch per sampler (stacked bars of the
   means over seeds, with a standard-deviation bar on the total).
 
@@ -31,6 +32,15 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 PANEL = ["dataset", "model"]
+#: A panel's width and height in inches, from its rows.
+Size = Callable[[pd.DataFrame], tuple[float, float]]
+
+#: Shares of the exact softmax's best validation metric that the curves and the
+#: time-to-quality table mark.
+FRACTIONS = (0.90, 0.95, 0.97)
+#: Where the validation curves' axis starts when the exact softmax is among the runs, as a share
+#: of its best: curves below it are cut off.
+BELOW_EXACT = 0.7
 
 
 def plot_all(runs: pd.DataFrame, epochs: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
@@ -47,15 +57,17 @@ def plot_all(runs: pd.DataFrame, epochs: pd.DataFrame, out_dir: Path) -> dict[st
         ``{"test_quality": PATH, "val_quality_vs_time": PATH, "epoch_time": PATH}``.
     """
     metrics = _panel_metric(runs)
-    plots: dict[str, tuple[Callable[[Axes, pd.DataFrame], None], pd.DataFrame, str]] = {
-        "test_quality": (_test_bars, runs, f"Test {metrics} per sampler (mean ± std over seeds)"),
+    plots: dict[str, tuple[Callable[[Axes, pd.DataFrame], None], pd.DataFrame, str, Size]] = {
+        "test_quality": (_test_bars, runs, f"Test {metrics} per sampler (mean ± std over seeds)",
+                         _bars_size),
         "val_quality_vs_time": (_val_curves, epochs,
-                                f"Validation {metrics} against training time"),
-        "epoch_time": (_epoch_bars, epochs, "Seconds per epoch (mean ± std over seeds)"),
+                                f"Validation {metrics} against training time", _curves_size),
+        "epoch_time": (_epoch_bars, epochs, "Seconds per epoch (mean ± std over seeds)",
+                       _bars_size),
     }
     written = {}
-    for name, (draw, frame, title) in plots.items():
-        figure = _panels(frame, draw, title)
+    for name, (draw, frame, title, size) in plots.items():
+        figure = _panels(frame, draw, title, size)
         written[name] = out_dir / f"{name}.png"
         figure.savefig(written[name], dpi=110, bbox_inches="tight")
     return written
@@ -78,6 +90,32 @@ def run_label(row: pd.Series) -> str:
     label = label if head == "dot" else f"{label}, {head}"
     settings = row.get("settings") or ""
     return f"{label}, {settings}" if settings else label
+
+
+def exact_best(panel: pd.DataFrame, metric: str = "quality",
+               reference_sampler: str = "full") -> float | None:
+    """The exact softmax's best validation metric in one panel's epoch rows.
+
+    The highest, over the groups of runs (``label``) of ``reference_sampler``, of the mean over
+    the group's runs (``path``) of each run's best epoch.
+
+    Args:
+        panel: per-epoch rows of one (dataset, model), as :func:`epoch_rows` gives them.
+        metric: the column of the validation metric (higher is better).
+        reference_sampler: the sampler whose best is the reference.
+
+    Returns:
+        The reference, or ``None`` when no run of ``reference_sampler`` is in ``panel``.
+
+    Example:
+        >>> exact_best(pd.DataFrame({"sampler": "full", "label": "full", "path": ["a", "a"],
+        ...                          "quality": [0.5, 0.75]}))
+        0.75
+    """
+    exact = panel[panel["sampler"] == reference_sampler]
+    if exact.empty:
+        return None
+    return float(exact.groupby(["label", "path"])[metric].max().groupby("label").mean().max())
 
 
 def epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
@@ -108,18 +146,12 @@ def epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _panels(
-    frame: pd.DataFrame, draw: Callable[[Axes, pd.DataFrame], None], title: str
+    frame: pd.DataFrame, draw: Callable[[Axes, pd.DataFrame], None], title: str, size: Size
 ) -> Figure:
-    """One subplot per (dataset, model) of ``frame``, each drawn by ``draw``."""
+    """One subplot per (dataset, model) of ``frame``, each drawn by ``draw``, each ``size(frame)``
+    inches."""
     groups = list(frame.groupby(PANEL, sort=True)) if len(frame) else []
-    # Wide enough for every bar and its value label once samplers are crossed with heads.
-    bars = frame["label"].nunique() if len(frame) else 0
-    longest = int(frame["label"].str.len().max()) if len(frame) else 0
-    # Wide enough, too, for the longest label in a legend below the axes.
-    width = max(6.5, 0.8 * bars + 2.0, 0.07 * longest)
-    # Taller with longer (slanted) bar labels, which would otherwise squeeze the axes until the
-    # value labels run into the title.
-    height = 3.0 + max(1.5, 0.06 * longest)
+    width, height = size(frame)
     figure = Figure(figsize=(width * max(len(groups), 1), height))
     axes = figure.subplots(1, max(len(groups), 1), squeeze=False)
     for ax, ((dataset, model), panel) in zip(axes[0], groups):
@@ -131,6 +163,23 @@ def _panels(
     figure.suptitle(title)
     figure.tight_layout()
     return figure
+
+
+def _bars_size(frame: pd.DataFrame) -> tuple[float, float]:
+    """A bar panel's inches: wide enough for every bar and its value label once samplers are
+    crossed with heads, taller with longer (slanted) bar labels, which would otherwise squeeze
+    the axes until the value labels run into the title."""
+    bars = frame["label"].nunique() if len(frame) else 0
+    longest = int(frame["label"].str.len().max()) if len(frame) else 0
+    return max(6.5, 0.8 * bars + 2.0), 3.0 + max(1.5, 0.06 * longest)
+
+
+def _curves_size(frame: pd.DataFrame) -> tuple[float, float]:
+    """A curve panel's inches: axes of a fixed size and the legend beside them, one line per
+    label."""
+    labels = frame["label"].nunique() if len(frame) else 0
+    longest = int(frame["label"].str.len().max()) if len(frame) else 0
+    return 7.5 + 0.07 * longest, max(5.0, 0.19 * labels + 1.0)
 
 
 def _test_bars(ax: Axes, runs: pd.DataFrame) -> None:
@@ -155,11 +204,23 @@ def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
         ax.plot(run["elapsed"], run["quality"], marker=marker, markersize=3,
                 linestyle=linestyle, color=_colour(label), label=None if label in seen else label)
         seen.add(label)
-    ax.set_xlabel("wall-clock seconds (training + validation, cumulative)")
+    reference = exact_best(epochs)
+    if reference is not None:
+        for fraction in FRACTIONS:
+            ax.axhline(fraction * reference, color="grey", linewidth=0.8, linestyle=":")
+            ax.annotate(f"{fraction:.0%} of exact", (1.0, fraction * reference),
+                        xycoords=("axes fraction", "data"), xytext=(-4, 2),
+                        textcoords="offset points", ha="right", fontsize=7, color="grey")
+        # The race to the shares above is what the plot is for: the first epochs of every run,
+        # and runs that never come near, would squeeze it into the top of the axes.
+        ax.set_ylim(bottom=BELOW_EXACT * reference)
+    # Samplers' epochs differ by two orders of magnitude; a linear axis hides the fast ones.
+    ax.set_xscale("log")
+    ax.set_xlabel("wall-clock seconds (training + validation, cumulative; log scale)")
     ax.set_ylabel(f"validation {_panel_metric(epochs)}")
-    # Below the axes: a legend of long labels inside them would hide the curves.
-    ax.legend(title="sampler (one line per seed)", fontsize=8, loc="upper center",
-              bbox_to_anchor=(0.5, -0.12))
+    # Beside the axes: a legend of long labels inside them would hide the curves.
+    ax.legend(title="sampler (one line per seed)", fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
 
 
 def _epoch_bars(ax: Axes, epochs: pd.DataFrame) -> None:
@@ -197,8 +258,9 @@ def _slant_labels(ax: Axes) -> None:
 def _colour(label: str) -> str:
     """A stable colour per sampler family, so the three plots agree (``midx[pq,uniform] (M=32),
     plif`` is a ``midx``)."""
-    palette = {"full": "C0", "uniform": "C1", "popularity": "C2", "midx": "C3", "inbatch": "C4"}
-    return palette.get(_family(label), "C5")
+    palette = {"full": "C0", "uniform": "C1", "popularity": "C2", "midx": "C3", "inbatch": "C4",
+               "kernel": "C5", "sir": "C6", "dns": "C7", "lsh": "C8"}
+    return palette.get(_family(label), "C9")
 
 
 def _family(label: str) -> str:
@@ -207,8 +269,9 @@ def _family(label: str) -> str:
 
 def _variant_styles(labels: list[str]) -> dict[str, tuple[str, str]]:
     """Line style and marker per label: the variants of one family share its colour, so the
-    curves tell them apart by style (first variant solid with dots, then dashed, dotted...)."""
-    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+    curves tell them apart by style (first variant solid with dots, then dashed, dotted...; the
+    seventh repeats the first)."""
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ("-", "v"), ("--", "P")]
     seen_in_family: dict[str, int] = {}
     out = {}
     for label in labels:

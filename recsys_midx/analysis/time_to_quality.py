@@ -1,11 +1,10 @@
 """Time to quality: how soon each group of runs reaches a share of the exact softmax's best.
 
-The reference of a (dataset, model) panel is the exact softmax's best validation metric: the
-highest, over the groups of runs with ``sampler == "full"``, of the mean over the group's runs of
-each run's best epoch. For every group of the panel the table gives the mean of its runs' best
-as a share of the reference and, for each share in ``fractions``, the mean cumulative seconds
-(training plus validation, from ``epochs.csv``) at which its runs first reached it, with how many
-of them did. This is the sampled softmax's promise measured directly: the same quality, sooner.
+The reference of a (dataset, model) panel is the exact softmax's best validation metric
+(:func:`~recsys_midx.analysis.summary_plots.exact_best`). For every group of the panel the
+table gives the mean of its runs' best as a share of the reference and, for each share in
+``fractions``, the mean cumulative seconds (training plus validation, from ``epochs.csv``) at
+which its runs first reached it, with how many of them did. This is the sampled softmax's promise measured directly: the same quality, sooner.
 
 Example:
     >>> runs = with_labels(summarize.load_runs([Path("multirun/frontier")]))
@@ -18,10 +17,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from recsys_midx.analysis.summary_plots import PANEL
-
-#: Shares of the exact softmax's best validation metric the table asks about.
-FRACTIONS = (0.90, 0.95, 0.97)
+from recsys_midx.analysis.summary_plots import FRACTIONS, PANEL, exact_best
 
 
 def time_to_quality(
@@ -56,10 +52,9 @@ def time_to_quality(
     """
     rows = []
     for (dataset, model), panel in epochs.groupby(PANEL, sort=True):
-        exact = panel[panel["sampler"] == reference_sampler]
-        if exact.empty:
+        reference = exact_best(panel, metric, reference_sampler)
+        if reference is None:
             continue
-        reference = exact.groupby(["label", "path"])[metric].max().groupby("label").mean().max()
         for label, group in panel.groupby("label", sort=True):
             row: dict[str, object] = {"dataset": dataset, "model": model, "label": label}
             runs = [run.sort_values("elapsed") for _, run in group.groupby("path")]
