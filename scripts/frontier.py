@@ -7,8 +7,8 @@ and ``xc`` is ``experiment=xc-synthetic-100k`` (100k labels, validation P@1). Ea
 exact softmax; uniform and popularity sampling with 256, 1,024 and 4,096 negatives, drawn per
 query and shared by the batch; in-batch negatives; MIDX without exact top cells at 32, 64 and 256
 negatives, MIDX as configured by default (exact top cells sized from the catalog) at the task's
-negatives and at 256; and the kernel, SIR, DNS and LSH samplers at 256 (SIR and DNS from uniform
-pools of 512).
+negatives and at 256, and both MIDX variants with 1,024 negatives shared by the batch; and the
+kernel, SIR, DNS and LSH samplers at 256 (SIR and DNS from uniform pools of 512).
 
 Runs go to ``OUT/TASK/LABEL``, and the report of :mod:`recsys_midx.analysis.summarize`
 (``summary.md``, ``time_to_quality.md``, ``val_quality_vs_time.png``...) to ``OUT/TASK``. A run
@@ -42,6 +42,8 @@ MIDX_NEGATIVES = (32, 64, 256)
 #: Negatives of MIDX with its default exact top cells beside the task's own, and of the
 #: competitors from the MIDX paper.
 CHALLENGER_NEGATIVES = 256
+#: Negatives of MIDX shared by the batch.
+SHARED_MIDX_NEGATIVES = 1024
 
 
 def configurations() -> dict[str, list[str]]:
@@ -63,6 +65,10 @@ def configurations() -> dict[str, list[str]]:
                 label = f"{family}-{negatives}" + ("-shared" if shared else "")
                 runs[label] = [f"sampler={family}", f"sampler.num_negatives={negatives}",
                                f"loss.shared_negatives={str(shared).lower()}"]
+    for name in ("midx", "midx_plain"):
+        runs[f"{name}-{SHARED_MIDX_NEGATIVES}-shared"] = [
+            f"sampler={name}", f"sampler.num_negatives={SHARED_MIDX_NEGATIVES}",
+            "loss.shared_negatives=true"]
     # Last: the kernel sampler scores a block of items per draw (an epoch on xc took 8x the
     # exact softmax's).
     runs["kernel"] = ["sampler=kernel", f"sampler.num_negatives={CHALLENGER_NEGATIVES}"]
