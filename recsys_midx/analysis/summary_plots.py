@@ -270,8 +270,9 @@ def _family(label: str) -> str:
 def _variant_styles(labels: list[str]) -> dict[str, tuple[str, str]]:
     """Line style and marker per label: the variants of one family share its colour, so the
     curves tell them apart by style (first variant solid with dots, then dashed, dotted...; the
-    seventh repeats the first)."""
-    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ("-", "v"), ("--", "P")]
+    ninth repeats the first)."""
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ("-", "v"), ("--", "P"),
+              (":", "x"), ("-.", "*")]
     seen_in_family: dict[str, int] = {}
     out = {}
     for label in labels:
