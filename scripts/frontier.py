@@ -69,8 +69,8 @@ def configurations() -> dict[str, list[str]]:
         runs[f"{name}-{SHARED_MIDX_NEGATIVES}-shared"] = [
             f"sampler={name}", f"sampler.num_negatives={SHARED_MIDX_NEGATIVES}",
             "loss.shared_negatives=true"]
-    # Last: the kernel sampler scores a block of items per draw (an epoch on xc took 8x the
-    # exact softmax's).
+    # Last: the kernel sampler scores a block of items per draw, the costliest epoch of the
+    # sweep (docs/results.md has the times).
     runs["kernel"] = ["sampler=kernel", f"sampler.num_negatives={CHALLENGER_NEGATIVES}"]
     return runs
 

@@ -169,17 +169,22 @@ def _bars_size(frame: pd.DataFrame) -> tuple[float, float]:
     """A bar panel's inches: wide enough for every bar and its value label once samplers are
     crossed with heads, taller with longer (slanted) bar labels, which would otherwise squeeze
     the axes until the value labels run into the title."""
-    bars = frame["label"].nunique() if len(frame) else 0
-    longest = int(frame["label"].str.len().max()) if len(frame) else 0
+    bars, longest = _label_extent(frame)
     return max(6.5, 0.8 * bars + 2.0), 3.0 + max(1.5, 0.06 * longest)
 
 
 def _curves_size(frame: pd.DataFrame) -> tuple[float, float]:
     """A curve panel's inches: axes of a fixed size and the legend beside them, one line per
     label."""
-    labels = frame["label"].nunique() if len(frame) else 0
-    longest = int(frame["label"].str.len().max()) if len(frame) else 0
+    labels, longest = _label_extent(frame)
     return 7.5 + 0.07 * longest, max(5.0, 0.19 * labels + 1.0)
+
+
+def _label_extent(frame: pd.DataFrame) -> tuple[int, int]:
+    """How many distinct labels ``frame`` has, and the length of the longest (0 and 0 if empty)."""
+    if not len(frame):
+        return 0, 0
+    return frame["label"].nunique(), int(frame["label"].str.len().max())
 
 
 def _test_bars(ax: Axes, runs: pd.DataFrame) -> None:

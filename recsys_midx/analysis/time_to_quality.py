@@ -4,7 +4,8 @@ The reference of a (dataset, model) panel is the exact softmax's best validation
 (:func:`~recsys_midx.analysis.summary_plots.exact_best`). For every group of the panel the
 table gives the mean of its runs' best as a share of the reference and, for each share in
 ``fractions``, the mean cumulative seconds (training plus validation, from ``epochs.csv``) at
-which its runs first reached it, with how many of them did. This is the sampled softmax's promise measured directly: the same quality, sooner.
+which its runs first reached it, with how many of them did. This is the sampled softmax's promise
+measured directly: the same quality, sooner.
 
 Example:
     >>> runs = with_labels(summarize.load_runs([Path("multirun/frontier")]))
