@@ -2,9 +2,9 @@
 
 CPU training at a fixed number of threads and instruction set is deterministic, so the re-run's
 test metrics equal the recorded ones; a difference means that the code (or a default) changed the
-numbers the docs show, and the table has to be re-run. The row is the cheapest of ``docs/results/ml-100k/runs.csv`` (by
-its recorded seconds of training), re-run with the thread count and the overrides written there;
-the test skips where MovieLens 100K is not extracted.
+numbers the docs show, and the table has to be re-run. The row is the cheapest of
+``docs/results/ml-100k/runs.csv`` (by its recorded seconds of training), re-run with the thread
+count and the overrides written there; the test skips where MovieLens 100K is not extracted.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ ML_100K = Path(os.environ.get("RECSYS_MIDX_ML_100K", ROOT.parent / "shared" / "d
 #: The re-run row (sampler and seed in ``runs.csv``): the one with the fewest training seconds.
 SAMPLER, SEED = "midx", 1
 #: Runs on CPU at a fixed thread count repeat bit for bit; this only absorbs the JSON round trip.
+TOLERANCE = 1e-6
 #: torch's own kernels, MKL and oneDNN each pick their instruction set at run time, and AVX-512
 #: kernels round differently from the AVX2 ones the recorded runs used; all three are held to AVX2
 #: (holding torch's alone still gives another run).
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
         "ONEDNN_MAX_CPU_ISA": "AVX2"}
-TOLERANCE = 1e-6
 
 
 def _recorded_run(sampler: str, seed: int) -> dict[str, str]:
