@@ -236,6 +236,9 @@ def test_time_to_quality_times_each_share_of_the_exact_softmaxs_best() -> None:
         run("midx", "m1", [6.0, 12.0], [0.7, 0.86]),    # 90% and 95% (0.855) at 12 s, never 97%
     ], ignore_index=True)
     table = time_to_quality(epochs).set_index("label")
+    # Frontier first: midx reaches 97% at 10 s, the exact softmax at 20 s.
+    assert table.index.tolist() == ["midx", "full"]
+    assert table.loc["full", "s per epoch"] == pytest.approx((30.0 + 20.0) / 5)
     assert table.loc["full", "best share"] == pytest.approx(1.0)
     assert table.loc["midx", "best share"] == pytest.approx((0.88 + 0.86) / 2 / 0.9)
     assert table.loc["midx", "s to 0.9"] == pytest.approx((5.0 + 12.0) / 2)
@@ -245,8 +248,27 @@ def test_time_to_quality_times_each_share_of_the_exact_softmaxs_best() -> None:
     # The exact softmax's own runs: f0 reaches every share at 20 s, f1 not even 90%.
     assert table.loc["full", "s to 0.9"] == pytest.approx(20.0)
     markdown = to_markdown(table.reset_index())
-    assert "| d | m | midx | 2 | 96.7% | 8 | 11 | 10 (1/2 runs) |" in markdown
-    assert "| d | m | full | 2 | 100.0% | 20 (1/2 runs) | 20 (1/2 runs) | 20 (1/2 runs) |" in markdown
+    assert "| d | m | midx | 2 | 96.7% | 8 | 11 | 10 (1/2 runs) | 5.5 |" in markdown
+    assert ("| d | m | full | 2 | 100.0% | 20 (1/2 runs) | 20 (1/2 runs) | 20 (1/2 runs) | 10.0 |"
+            in markdown)
+
+
+def test_time_to_quality_lists_the_frontier_first() -> None:
+    def run(label: str, values: list[float]) -> pd.DataFrame:
+        return pd.DataFrame({"dataset": "d", "model": "m", "sampler": label, "label": label,
+                             "path": label, "elapsed": [1.0, 2.0, 3.0][:len(values)],
+                             "quality": values})
+
+    epochs = pd.concat([
+        run("low", [0.5]),                  # reaches no share, lower best
+        run("to 90 at 1 s", [0.91]),        # 90% only, soonest of all
+        run("high", [0.89]),                # reaches no share, higher best
+        run("to 95 at 3 s", [0.1, 0.1, 0.96]),
+        run("to 95 at 2 s", [0.1, 0.96]),
+        run("full", [0.5, 0.9, 1.0]),       # 97% at 3 s
+    ], ignore_index=True)
+    assert time_to_quality(epochs)["label"].tolist() == [
+        "full", "to 95 at 2 s", "to 95 at 3 s", "to 90 at 1 s", "high", "low"]
 
 
 def test_time_to_quality_leaves_out_panels_without_the_exact_softmax() -> None:

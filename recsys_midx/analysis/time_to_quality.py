@@ -5,7 +5,8 @@ The reference of a (dataset, model) panel is the exact softmax's best validation
 table gives the mean of its runs' best as a share of the reference and, for each share in
 ``fractions``, the mean cumulative seconds (training plus validation, from ``epochs.csv``) at
 which its runs first reached it, with how many of them did. This is the sampled softmax's promise
-measured directly: the same quality, sooner.
+measured directly: the same quality, sooner. Rows come frontier first: the soonest to the
+highest share, then to the next highest, and so on; groups that reach none by their best share.
 
 Example:
     >>> runs = with_labels(summarize.load_runs([Path("multirun/frontier")]))
@@ -37,9 +38,11 @@ def time_to_quality(
         reference_sampler: the sampler whose best is the reference.
 
     Returns:
-        One row per (dataset, model, label): ``runs``, ``best share`` and, for each fraction
-        ``f``, ``s to f`` (mean seconds over the runs that reached it; NaN if none did) and
-        ``reached f`` (how many did). Panels without a run of ``reference_sampler`` are left out.
+        One row per (dataset, model, label), in the frontier order above within each panel:
+        ``runs``, ``best share``, ``s per epoch`` (training plus validation, mean over the
+        runs' epochs) and, for each fraction ``f``, ``s to f`` (mean seconds over the runs that
+        reached it; NaN if none did) and ``reached f`` (how many did). Panels without a run of
+        ``reference_sampler`` are left out.
 
     Raises:
         KeyError: if ``epochs`` lacks one of the columns above.
@@ -61,6 +64,8 @@ def time_to_quality(
             runs = [run.sort_values("elapsed") for _, run in group.groupby("path")]
             row["runs"] = len(runs)
             row["best share"] = sum(run[metric].max() for run in runs) / len(runs) / reference
+            # ``elapsed`` is cumulative, so its last value over the epoch count is the mean epoch.
+            row["s per epoch"] = sum(run["elapsed"].iloc[-1] for run in runs) / sum(map(len, runs))
             for fraction in fractions:
                 firsts = [run.loc[run[metric] >= fraction * reference, "elapsed"].min()
                           for run in runs]
@@ -68,18 +73,30 @@ def time_to_quality(
                 row[f"s to {fraction:g}"] = sum(reached) / len(reached) if reached else float("nan")
                 row[f"reached {fraction:g}"] = len(reached)
             rows.append(row)
-    return pd.DataFrame(rows)
+    return _frontier_first(pd.DataFrame(rows), fractions)
+
+
+def _frontier_first(table: pd.DataFrame, fractions: Sequence[float]) -> pd.DataFrame:
+    """``table`` ordered within each panel by seconds to the highest share, then the next
+    highest..., never-reached last, then by best share (highest first)."""
+    if table.empty:
+        return table
+    keys = [f"s to {fraction:g}" for fraction in sorted(fractions, reverse=True)]
+    return table.sort_values(
+        [*PANEL, *keys, "best share"], ascending=[True] * (len(PANEL) + len(keys)) + [False],
+        na_position="last", kind="stable",
+    ).reset_index(drop=True)
 
 
 def to_markdown(table: pd.DataFrame, fractions: Sequence[float] = FRACTIONS) -> str:
     """The table in markdown: seconds to each share, ``(k/n runs)`` where not every run got
-    there and ``-`` where none did.
+    there and ``-`` where none did, then the seconds per epoch.
 
     Example:
         >>> print(to_markdown(time_to_quality(epochs)))  # doctest: +SKIP
     """
     header = ["dataset", "model", "run group", "runs", "best (share of exact)",
-              *[f"seconds to {fraction:.0%}" for fraction in fractions]]
+              *[f"seconds to {fraction:.0%}" for fraction in fractions], "seconds per epoch"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, row in table.iterrows():
         cells = [str(row["dataset"]), str(row["model"]), str(row["label"]), str(row["runs"]),
@@ -90,5 +107,6 @@ def to_markdown(table: pd.DataFrame, fractions: Sequence[float] = FRACTIONS) -> 
             if 0 < reached < row["runs"]:
                 cell += f" ({reached}/{row['runs']} runs)"
             cells.append(cell)
+        cells.append(f"{row['s per epoch']:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
