@@ -100,6 +100,14 @@ def test_killed_run_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path, ref
     assert _losses(run_dir) == _losses(Path(reference["output_dir"]))
 
 
+def _best_checkpoint_named_in(checkpoint: Path) -> Path:
+    """The best checkpoint that ``checkpoint``'s monitoring ModelCheckpoint state names."""
+    states = torch.load(checkpoint, weights_only=True)["callbacks"]
+    (best,) = [state["best_model_path"] for key, state in states.items()
+               if key.startswith("ModelCheckpoint{'monitor': 'val/")]
+    return Path(best)
+
+
 def _losses(run_dir: Path) -> list[float]:
     with (run_dir / "epochs.csv").open() as handle:
         return [float(row["train/loss"]) for row in csv.DictReader(handle)]
@@ -146,6 +154,11 @@ def test_run_continued_from_its_last_validation_ends_as_an_uninterrupted_run(tmp
     run_dir = tmp_path / "run"
     train(_config(run_dir, data_dir, "trainer.max_epochs=1"))
     assert _checkpoint_step(run_dir / "checkpoints" / "last.ckpt") == STEPS_PER_EPOCH
+    # last.ckpt follows the epoch's best checkpoint: had it been written first, it would name
+    # the previous best (here none), and a continued run that never improves would test a
+    # deleted file, or its best checkpoint would go to a worse epoch.
+    assert _best_checkpoint_named_in(run_dir / "checkpoints" / "last.ckpt") == (
+        run_dir / "checkpoints" / "best-000.ckpt")
 
     resumed = train(_config(run_dir, data_dir, "resume=auto"))
     assert resumed["metrics"] == pytest.approx(reference["metrics"], abs=1e-6, rel=0)
