@@ -168,7 +168,8 @@ def sampler_fields(module: CatalogModule, refreshes: list[dict[str, float]]) -> 
     """The ``sampler`` and ``exact_positives`` entries of ``results.json``, for a training run
     (its refresh history) and an evaluation (no refreshes) alike."""
     return {
-        "sampler": {**sampler_summary(refreshes), "sizing": module.sampler.sizing()},
+        "sampler": {**sampler_summary(refreshes), "sizing": module.sampler.sizing(),
+                    "exhaustive": module.sampler.exhaustive},
         "exact_positives": counts_positives_exactly(module.loss, module.sampler),
     }
 
@@ -183,6 +184,7 @@ def sampler_summary(refreshes: list[dict[str, float]]) -> dict[str, Any]:
         "kl_first": diagnosed[0]["sampler/kl"] if diagnosed else None,
         "kl_last": diagnosed[-1]["sampler/kl"] if diagnosed else None,
         "ess_fraction_last": diagnosed[-1]["sampler/ess_fraction"] if diagnosed else None,
+        "kl_uniform_last": diagnosed[-1].get("sampler/kl_uniform") if diagnosed else None,
     }
 
 
@@ -229,7 +231,46 @@ def _print_summary(results: dict[str, Any], path: Path) -> None:
         f"{results['train_wall_seconds']:.1f} s training, "
         f"{results['seconds_per_epoch'] or 0:.2f} s/epoch"
     )
+    for line in sampler_lines(results):
+        console.print(line, soft_wrap=True)
     console.print(f"results: {path}")
+
+
+def sampler_lines(results: dict[str, Any]) -> list[str]:
+    """What the run's softmax cost per training query and how close its proposal came.
+
+    Args:
+        results: the content of ``results.json``.
+
+    Returns:
+        Up to two lines; none when the results name no sampler or catalog size.
+
+    Example:
+        >>> for line in sampler_lines({
+        ...     "config": {"sampler": {"_target_": "recsys_midx.samplers.UniformSampler",
+        ...                            "num_negatives": 100}},
+        ...     "dataset": {"items": 1000},
+        ...     "sampler": {"kl_last": 2.0, "kl_uniform_last": 2.0, "exhaustive": False}}):
+        ...     print(line)
+        sampled softmax: 100 negatives from UniformSampler per query, of 1,000 items
+        proposal: KL(softmax || q) = 2.00 nats at the last refresh; uniform: 2.00
+    """
+    sampler = (results.get("config") or {}).get("sampler") or {}
+    items = (results.get("dataset") or {}).get("items")
+    if "_target_" not in sampler or not items:
+        return []
+    summary = results.get("sampler") or {}
+    if summary.get("exhaustive"):
+        return [f"exact softmax: every training query scores all {items:,} items"]
+    name = sampler["_target_"].rsplit(".", 1)[-1]
+    sizing = summary.get("sizing") or {}
+    top = " and its exact top cells" if sizing.get("exact_top_codewords") else ""
+    lines = [f"sampled softmax: {sampler['num_negatives']} negatives from {name}{top} per query, "
+             f"of {items:,} items"]
+    if summary.get("kl_last") is not None and summary.get("kl_uniform_last") is not None:
+        lines.append(f"proposal: KL(softmax || q) = {summary['kl_last']:.2f} nats at the last "
+                     f"refresh; uniform: {summary['kl_uniform_last']:.2f}")
+    return lines
 
 
 def _metric_order(name: str) -> tuple[str, int]:

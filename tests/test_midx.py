@@ -254,6 +254,11 @@ def test_midx_is_closer_to_softmax_than_uniform(catalog: dict[str, torch.Tensor]
     exact = proposal_divergence(_built(catalog, **CONFIGS["midx_exact"]), queries, items)
     assert exact["kl"] < 1e-4 and abs(exact["ess_fraction"] - 1.0) < 1e-3
     assert exact["ess"] == pytest.approx(20 * exact["ess_fraction"])
+    # A uniform proposal's KL is the yardstick every proposal reports beside its own.
+    log_p = torch.log_softmax(queries.double() @ items[1:].double().T, dim=1)
+    direct = float((log_p.exp() * (log_p + np.log(NUM_ITEMS))).sum(1).mean())
+    assert uniform["kl"] == pytest.approx(direct, rel=1e-5)
+    assert midx["kl_uniform"] == exact["kl_uniform"] == pytest.approx(direct, rel=1e-5)
 
 
 def test_exact_top_cells_bring_the_proposal_closer_to_the_softmax(

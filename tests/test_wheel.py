@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,27 @@ def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Compl
     return done
 
 
+def reuse_installed_dependencies(venv: Path, env: dict[str, str]) -> Path:
+    """Let ``venv`` import the dependencies installed for the interpreter running the tests.
+
+    ``venv --system-site-packages`` would expose the base interpreter's packages, not those of a
+    virtual environment that runs pytest, so the running interpreter's own site-packages are
+    listed in a ``.pth`` file instead. Plain paths in a ``.pth`` file are added after the venv's
+    own site-packages and their ``.pth`` files are not run, so an editable install of this
+    checkout there stays out: the package comes from the wheel only.
+
+    Returns:
+        The ``.pth`` file written.
+    """
+    own = _run([str(venv / "bin" / "python"), "-c", "import sysconfig; "
+                "print(sysconfig.get_paths()['purelib'])"], venv, env).stdout.strip()
+    outer = dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"],
+                           sysconfig.get_paths()["platlib"]])
+    pth = Path(own) / "outer-site-packages.pth"
+    pth.write_text("".join(f"{path}\n" for path in outer if Path(path).is_dir()))
+    return pth
+
+
 @dataclass(frozen=True)
 class Installed:
     """The wheel installed in a venv of its own: its console commands, and the environment to
@@ -60,9 +83,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
           "-w", str(wheels), str(source)], cwd=tmp_path, env=env)
     (wheel,) = wheels.glob("recsys_midx-*.whl")
-    # The venv reuses the installed dependencies; the package itself comes from the wheel only.
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], tmp_path, env)
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
+    reuse_installed_dependencies(venv, env)
     _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q",
           str(wheel)], tmp_path, env)
     path = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"

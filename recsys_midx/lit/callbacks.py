@@ -131,7 +131,8 @@ class SamplerRefresh(Callback):
     softmax it approximates (KL and effective sample size, see
     :func:`~recsys_midx.samplers.proposal_divergence`) on a fixed set of validation queries.
     Metrics go to the loggers as ``sampler/refresh_seconds``, ``sampler/kl``,
-    ``sampler/ess_fraction``; :attr:`history` keeps them for the run's results.
+    ``sampler/ess_fraction`` and ``sampler/kl_uniform`` (a uniform proposal's KL on the same
+    queries, for scale); :attr:`history` keeps them for the run's results.
 
     Refreshes happen at the start of an epoch or a step, never at its end, so a run resumed from
     a checkpoint taken at the end of an epoch rebuilds at the same points as an uninterrupted one.
@@ -210,6 +211,7 @@ class SamplerRefresh(Callback):
             )
             metrics["sampler/kl"] = divergence["kl"]
             metrics["sampler/ess_fraction"] = divergence["ess_fraction"]
+            metrics["sampler/kl_uniform"] = divergence["kl_uniform"]
         self.history.append(metrics)
         for logger in trainer.loggers:
             logger.log_metrics(

@@ -10,11 +10,15 @@ For a query ``z`` let ``p = softmax(z.v)`` over items ``1..N`` and ``q`` the sam
   ``q = p``; ``1 / ess_fraction - 1`` is the chi-square divergence ``chi2(p || q)``.
 * ``ess``: ``num_samples * ess_fraction``, the ESS of ``num_samples`` draws (by default the
   sampler's ``num_negatives``).
+* ``kl_uniform``: ``KL(p || uniform) = log N - H(p)``, the divergence a uniform proposal would
+  have on the same queries: the yardstick for ``kl``.
 
 Both are exact: ``q`` comes from ``sampler.catalog_log_prob`` (every id), in chunks of queries.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -38,8 +42,9 @@ def proposal_divergence(
         num_samples: draws per query for ``ess`` (default ``sampler.num_negatives``).
 
     Returns:
-        ``{"kl", "kl_max", "ess_fraction", "ess"}``: mean KL over queries (nats), the largest
-        per-query KL, mean ESS per draw and mean ESS of ``num_samples`` draws.
+        ``{"kl", "kl_max", "ess_fraction", "ess", "kl_uniform"}``: mean KL over queries (nats),
+        the largest per-query KL, mean ESS per draw, mean ESS of ``num_samples`` draws and the
+        mean KL of a uniform proposal on the same queries.
 
     Raises:
         ValueError: if ``item_emb`` does not have ``sampler.num_items + 1`` rows.
@@ -61,7 +66,7 @@ def proposal_divergence(
     items = item_emb[1:].detach().float()
     query = query.detach().float()
     rows = max(1, _CHUNK_ELEMENTS // num_items)
-    kl_parts, ratio_parts = [], []
+    kl_parts, ratio_parts, neg_entropy_parts = [], [], []
     for start in range(0, query.shape[0], rows):
         z = query[start : start + rows]
         log_p = torch.log_softmax(z @ items.T, dim=1).double()
@@ -69,6 +74,7 @@ def proposal_divergence(
         p = log_p.exp()
         # p * (log p - log q) with the convention 0 * log 0 = 0 where p underflows.
         kl_parts.append(torch.where(p > 0, p * (log_p - log_q), 0.0).sum(1))
+        neg_entropy_parts.append(torch.where(p > 0, p * log_p, 0.0).sum(1))
         ratio_parts.append(torch.exp(2.0 * log_p - log_q).sum(1))
     kl = torch.cat(kl_parts)
     ess_fraction = 1.0 / torch.cat(ratio_parts)
@@ -78,4 +84,5 @@ def proposal_divergence(
         "kl_max": float(kl.max()),
         "ess_fraction": float(ess_fraction.mean()),
         "ess": float(draws * ess_fraction.mean()),
+        "kl_uniform": float(torch.cat(neg_entropy_parts).mean()) + math.log(num_items),
     }
