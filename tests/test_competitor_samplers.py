@@ -417,3 +417,18 @@ def test_malformed_inputs_raise(name) -> None:
         sampler.log_prob(torch.zeros(2, DIM), torch.tensor([[1], [NUM_ITEMS + 1]]))
     with pytest.raises(ValueError, match="item_emb"):
         sampler.update(torch.zeros(NUM_ITEMS, DIM))
+
+
+@pytest.mark.parametrize("name", [*sorted(EXACT_SAMPLERS), "sir", "dns"])
+def test_log_q_of_a_non_finite_query_is_refused(name) -> None:
+    # DNS reports a log q that does not depend on the query, yet refuses what sample refuses.
+    sampler = {**EXACT_SAMPLERS, "sir": _sir, "dns": _dns}[name]()
+    query = _queries(3)
+    query[1, 2] = float("nan")
+    query[2, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"query rows \[1, 2\] are not finite"):
+        sampler.log_prob(query, _all_ids(3))
+    with pytest.raises(ValueError, match=r"query rows \[1, 2\] are not finite"):
+        sampler.catalog_log_prob(query)
+    with pytest.raises(ValueError, match=r"query rows \[1, 2\] are not finite"):
+        sampler.sample(query, 3)
