@@ -167,6 +167,37 @@ def test_kernel_default_block_size_balances_blocks_and_draws() -> None:
     assert sampler.blocked_items.shape == (250, 40, 16)
 
 
+def _nearly_orthogonal(norm: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four queries spanning 4 of 16 dimensions and 200 items of norm ``norm`` in the other 12,
+    with components of 0.01 along the queries: scores stay small while the items are large."""
+    generator = torch.Generator().manual_seed(0)
+    basis, _ = torch.linalg.qr(torch.randn(16, 16, generator=generator, dtype=torch.float64))
+    along, across = basis[:, :4], basis[:, 4:]
+    query = torch.randn(4, 4, generator=generator, dtype=torch.float64) @ along.T
+    large = torch.randn(200, 12, generator=generator, dtype=torch.float64)
+    large *= norm / large.norm(dim=1, keepdim=True)
+    small = 0.01 * torch.randn(200, 4, generator=generator, dtype=torch.float64)
+    items = torch.cat([torch.zeros(1, 16, dtype=torch.float64), large @ across.T + small @ along.T])
+    return query.float(), items.float()
+
+
+@pytest.mark.parametrize("norm", [100.0, 1000.0])
+def test_kernel_log_q_is_the_quadratic_kernel_for_large_nearly_orthogonal_items(norm) -> None:
+    query, items = _nearly_orthogonal(norm)
+    sampler = KernelSampler(200, num_negatives=10, alpha=100.0)
+    sampler.update(items)
+    assert sampler.num_blocks > 1
+    # The proposal re-derived in float64 from the same float32 tables.
+    kernel = 100.0 * (query.double() @ items[1:].double().T).square() + 1.0
+    expected = kernel.log() - kernel.sum(1, keepdim=True).log()
+    # Float32 scores of size |z| |v| round by about eps * norm: the tolerance follows the norm.
+    tolerance = 2e-6 * norm
+    catalog = sampler.catalog_log_prob(query).double()
+    assert (catalog - expected).abs().max().item() < tolerance
+    ids, log_q = sampler.sample(query, 500, generator=torch.Generator().manual_seed(0))
+    assert (log_q.double() - expected.gather(1, ids - 1)).abs().max().item() < tolerance
+
+
 def _lsh_brute_force(sampler: LSHSampler, query: torch.Tensor) -> torch.Tensor:
     """``[Q, N]`` q of every item, enumerating the tables and buckets one by one in float64."""
     items = _items()[1:].double()
@@ -386,3 +417,18 @@ def test_malformed_inputs_raise(name) -> None:
         sampler.log_prob(torch.zeros(2, DIM), torch.tensor([[1], [NUM_ITEMS + 1]]))
     with pytest.raises(ValueError, match="item_emb"):
         sampler.update(torch.zeros(NUM_ITEMS, DIM))
+
+
+@pytest.mark.parametrize("name", [*sorted(EXACT_SAMPLERS), "sir", "dns"])
+def test_log_q_of_a_non_finite_query_is_refused(name) -> None:
+    # DNS reports a log q that does not depend on the query, yet refuses what sample refuses.
+    sampler = {**EXACT_SAMPLERS, "sir": _sir, "dns": _dns}[name]()
+    query = _queries(3)
+    query[1, 2] = float("nan")
+    query[2, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"query rows \[1, 2\] are not finite"):
+        sampler.log_prob(query, _all_ids(3))
+    with pytest.raises(ValueError, match=r"query rows \[1, 2\] are not finite"):
+        sampler.catalog_log_prob(query)
+    with pytest.raises(ValueError, match=r"query rows \[1, 2\] are not finite"):
+        sampler.sample(query, 3)

@@ -26,8 +26,26 @@ def test_budget_of_half_the_catalog_or_more_leaves_the_top_cells_off():
     # ml-100k's 1,682 items: the top cells would hold most of the catalog.
     assert top_codewords_for_budget(900, 1_682, 64, 2) == 0
     assert top_codewords_for_budget(900, 1_800, 64, 2) == 0
-    assert top_codewords_for_budget(900, 1_801, 64, 2) == 45
     assert top_codewords_for_budget(0, 100, 8, 2) == 0
+
+
+def _scored_per_query(num_items: int) -> float:
+    return top_codewords_for_budget(900, num_items, 64, 2) ** 2 * num_items / 64**2
+
+
+def test_items_scored_per_query_grow_with_the_catalog_without_a_jump():
+    sizes = range(1_700, 4_001)
+    scored = [_scored_per_query(n) for n in sizes]
+    # Just past twice the budget the top cells hold under one item, not half the catalog.
+    assert _scored_per_query(1_800) == 0 and 0 < _scored_per_query(1_801) < 1
+    assert [top_codewords_for_budget(900, n, 64, 2) for n in (1_801, 1_900, 2_500, 3_600)] == [
+        1, 10, 23, 32]
+    # Neighbouring catalogs differ by at most one t step, under 2% of these catalogs, and the
+    # scored share stays within a quarter of the catalog and the budget.
+    assert max(abs(b - a) for a, b in zip(scored, scored[1:])) < 64
+    assert all(s <= min(900, n / 4) for s, n in zip(scored, sizes))
+    # From four times the budget the whole budget is used.
+    assert _scored_per_query(3_600) == 900
 
 
 def test_negative_budgets_are_refused():

@@ -152,6 +152,22 @@ def test_many_queries_are_scored_in_blocks(monkeypatch: pytest.MonkeyPatch) -> N
     torch.testing.assert_close(blocked.positive_log_q, whole.positive_log_q)
 
 
+@pytest.mark.parametrize("kind", sorted(SAMPLERS))
+def test_shared_draws_take_the_given_generator_and_leave_the_global_one_alone(kind: str) -> None:
+    first, second = SAMPLERS[kind](), SAMPLERS[kind]()
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    drawn = draw_shared_negatives(first, QUERIES, POSITIVES, generator=_generator(8))
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(1)  # another global state: the same generator gives the same draw
+    again = draw_shared_negatives(second, QUERIES, POSITIVES, generator=_generator(8))
+    assert torch.equal(drawn.ids, again.ids)
+    torch.testing.assert_close(again.log_q, drawn.log_q)
+    torch.testing.assert_close(again.positive_log_q, drawn.positive_log_q)
+    other = draw_shared_negatives(second, QUERIES, POSITIVES, generator=_generator(9))
+    assert not torch.equal(drawn.ids, other.ids)
+
+
 class _RecordingUniform(UniformSampler):
     """A uniform proposal that records how many queries each call is given."""
 

@@ -185,7 +185,12 @@ def _batch_mixture_log_q(sampler: Sampler, queries: Tensor, ids: Tensor) -> Tens
 
 @torch.no_grad()
 def draw_shared_negatives(
-    sampler: Sampler, queries: Tensor, positives: Tensor, exact_positives: bool = False
+    sampler: Sampler,
+    queries: Tensor,
+    positives: Tensor,
+    exact_positives: bool = False,
+    *,
+    generator: torch.Generator | None = None,
 ) -> Negatives:
     """``sampler.num_negatives`` negatives shared by every query of the batch, with their ``log q``.
 
@@ -208,6 +213,9 @@ def draw_shared_negatives(
         positives: ``[Q]`` target ids in ``1..N``, or ``[Q, P]`` positive ids padded with ``0``.
         exact_positives: give the positives :func:`exact_positive_log_q` (for ``M`` draws)
             instead of their mixture ``log q``.
+        generator: random generator on the device of ``queries`` for every random choice of
+            the draw, the queries picked and the sampler's own draws (``None``: the global
+            one), as :meth:`~recsys_midx.samplers.Sampler.sample` takes it.
 
     Returns:
         ``ids`` ``[M]``, their ``log q`` ``[M]`` and the positives' ``log q`` (shaped like
@@ -224,10 +232,10 @@ def draw_shared_negatives(
     sampler.observe_targets(positives if positives.dim() == 1 else positives[positives > 0])
     num_drawn = sampler.num_negatives
     if sampler.query_independent:
-        ids = sampler.sample(flat[:1], num_drawn)[0][0]
+        ids = sampler.sample(flat[:1], num_drawn, generator=generator)[0][0]
     else:
-        chosen = torch.randint(len(flat), (num_drawn,), device=flat.device)
-        ids = sampler.sample(flat[chosen], 1)[0][:, 0]
+        chosen = torch.randint(len(flat), (num_drawn,), device=flat.device, generator=generator)
+        ids = sampler.sample(flat[chosen], 1, generator=generator)[0][:, 0]
     if exact_positives:
         log_q = _batch_mixture_log_q(sampler, flat, ids)
         return Negatives(ids, log_q, exact_positive_log_q(positives, num_drawn))

@@ -19,7 +19,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from recsys_midx.samplers.base import check_ids, check_query
+from recsys_midx.samplers.base import check_ids
 from recsys_midx.samplers.candidate_pool import CandidatePoolSampler
 from recsys_midx.samplers.uniform import uniform_log_prob
 
@@ -108,8 +108,10 @@ class DNSSampler(CandidatePoolSampler):
             float32 tensor with the shape of ``ids``.
 
         Raises:
-            ValueError: on malformed ``query`` or ``ids``.
+            RuntimeError: before the first :meth:`update`.
+            ValueError: on a malformed or non-finite ``query`` (as :meth:`sample` refuses it,
+                though the value itself is not used), or malformed ``ids``.
         """
-        check_query(query)
+        query = self.checked_query(query)
         check_ids(query, ids, self.num_items)
         return uniform_log_prob(ids, self.num_items)

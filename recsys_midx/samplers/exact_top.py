@@ -42,15 +42,20 @@ from recsys_midx.samplers.draws import draw_weighted, position_of_ids, prefix_su
 def top_codewords_for_budget(
     item_budget: int, num_items: int, num_codewords: int, num_codebooks: int
 ) -> int:
-    """The largest ``t`` whose ``t**B`` top cells hold at most ``item_budget`` items on average.
+    """The largest ``t`` whose ``t**B`` top cells hold at most ``item_budget`` items on average,
+    fewer on small catalogs.
 
     On average a cell holds ``N / K**B`` items, so ``t**B`` cells hold ``t**B * N / K**B``: the
-    result is the largest ``t <= K`` with ``t**B * N <= item_budget * K**B``, and ``0`` (no exact
-    head) when one cell alone holds more than the budget. The exact scoring per query then stays
-    near the budget whatever the catalog: at ``K = 64``, ``B = 2`` and a budget of 900, ``t`` is
-    6 for 100k items and 1 for 1M. It is also ``0`` when the budget reaches half the catalog
-    (``2 * item_budget >= N``): the top cells would then hold most items, and the mixture cost
-    about what the exact softmax costs without being exact.
+    result is the largest ``t <= K`` with ``t**B * N / K**B <= min(item_budget, N / 2 -
+    item_budget)``, and ``0`` (no exact head) when one cell alone holds more than that. The exact
+    scoring per query then stays near the budget whatever the catalog: at ``K = 64``, ``B = 2``
+    and a budget of 900, ``t`` is 6 for 100k items and 1 for 1M.
+
+    The second bound is for small catalogs. A catalog of at most twice the budget gets no top
+    cells: they would hold most items, and the mixture would cost about what the exact softmax
+    costs without being exact. Above that the allowance grows from nothing and reaches the whole
+    budget at ``4 * item_budget`` items, so the items scored per query grow steadily with ``N``
+    (by one ``t`` at a time) and never exceed a quarter of the catalog.
 
     Args:
         item_budget: items scored exactly per query, on average (>= 0).
@@ -67,14 +72,18 @@ def top_codewords_for_budget(
     Example:
         >>> top_codewords_for_budget(900, 100_000, 64, 2)
         6
+        >>> top_codewords_for_budget(900, 1_900, 64, 2)
+        10
     """
     if item_budget < 0:
         raise ValueError(f"the exact-top item budget must be >= 0, got {item_budget}")
-    if 2 * item_budget >= num_items:
+    # Twice the allowance min(item_budget, N / 2 - item_budget), kept in integers.
+    twice_allowance = min(2 * item_budget, num_items - 2 * item_budget)
+    if twice_allowance <= 0:
         return 0
-    capacity = item_budget * num_codewords**num_codebooks
+    capacity = twice_allowance * num_codewords**num_codebooks
     top = 0
-    while top < num_codewords and (top + 1) ** num_codebooks * num_items <= capacity:
+    while top < num_codewords and 2 * (top + 1) ** num_codebooks * num_items <= capacity:
         top += 1
     return top
 

@@ -17,10 +17,11 @@ block with probability ``m_b / sum m``, then an item inside it with probability
 ``K(z, v_i) / k_b(z)``, where ``k_b = sum_{j in b} K(z, v_j)`` is computed from the block's own
 kernel values. In exact arithmetic ``m_b = k_b``; in floating point the two differ by rounding,
 and the reported ``log q = log m_b - log sum m + log K(z, v_i) - log k_b`` is the probability of
-the draw as actually made, normalised over the catalog. ``S_b`` is stored as a factor ``F_b``
-with ``S_b = F_b F_b^T`` (from its eigendecomposition), so ``z^T S_b z = |F_b^T z|**2`` is a sum of
-non-negative terms free of cancellation. A query costs ``O(N / B * D**2)`` for the block masses
-and ``O(B * D)`` per draw; ``B`` defaults to about ``sqrt(N * D / M)``, which balances the two.
+the draw as actually made, normalised over the catalog. ``S_b`` is summed in float64 and stored
+as a factor ``F_b`` with ``S_b = F_b F_b^T`` (from its eigendecomposition), so
+``z^T S_b z = |F_b^T z|**2`` is a sum of non-negative terms free of cancellation. A query costs
+``O(N / B * D**2)`` for the block masses and ``O(B * D)`` per draw; ``B`` defaults to about
+``sqrt(N * D / M)``, which balances the two.
 """
 
 from __future__ import annotations
@@ -120,11 +121,10 @@ class KernelSampler(Sampler, IndexModule):
         padded = items.new_zeros(num_blocks * size, dim)
         padded[: self.num_items] = items
         self.blocked_items = padded.view(num_blocks, size, dim)
-        with full_precision(items.device):
-            moments = self.blocked_items.transpose(1, 2) @ self.blocked_items
-        # Float64 eigendecomposition on the CPU: small [D, D] matrices, and not every accelerator
-        # has float64. Rounding may leave tiny negative eigenvalues of a PSD matrix: clamped.
-        values, vectors = torch.linalg.eigh(moments.cpu().double())
+        moments = self._block_moments()
+        # Eigendecomposition of the small [D, D] matrices on the CPU. Rounding may leave tiny
+        # negative eigenvalues of a PSD matrix: clamped.
+        values, vectors = torch.linalg.eigh(moments.cpu())
         factors = vectors * values.clamp_min(0.0).sqrt()[:, None, :]
         # Contiguous: buffers are moved as byte views (see IndexModule).
         self.block_factors = factors.to(device=items.device, dtype=torch.float32).contiguous()
@@ -245,6 +245,22 @@ class KernelSampler(Sampler, IndexModule):
     def _kernel(self, scores: Tensor) -> Tensor:
         """``alpha * s**2 + 1`` of scores ``s``, a fresh tensor."""
         return scores.square().mul_(self.alpha).add_(1.0)
+
+    def _block_moments(self) -> Tensor:
+        """``[C, D, D]`` float64 second moments ``S_b`` of the blocks.
+
+        Summed in float64, a few blocks at a time: a float32 sum rounds every entry by about
+        ``eps * |v|**2``, which swamps ``z^T S_b z`` when the items are large and nearly
+        orthogonal to the query, and the block masses would then no longer be the kernel's.
+        """
+        num_blocks, size, dim = self.blocked_items.shape
+        moments = self.blocked_items.new_empty(num_blocks, dim, dim, dtype=torch.float64)
+        step = max(1, _CHUNK_ELEMENTS // (size * dim))
+        with full_precision(self.blocked_items.device):
+            for start in range(0, num_blocks, step):
+                blocks = self.blocked_items[start : start + step].double()
+                moments[start : start + step] = blocks.transpose(1, 2) @ blocks
+        return moments
 
     def _log_block_masses(self, z: Tensor) -> Tensor:
         """``[Qc, C]`` normalised log block masses ``log(m_b / sum m)``."""

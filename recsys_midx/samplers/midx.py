@@ -105,7 +105,8 @@ class MIDXSampler(Sampler, IndexModule):
             sized from ``exact_top_items`` and the catalog
             (:func:`~recsys_midx.samplers.exact_top.top_codewords_for_budget`).
         exact_top_items: with ``exact_top_codewords=None``, the items to score exactly per query
-            on average; ``t`` is the largest that keeps ``t**B * N / K**B`` within it.
+            on average; ``t`` is the largest that keeps ``t**B * N / K**B`` within it, and
+            within ``N / 2 - exact_top_items`` on small catalogs.
         exact_top_weight: the probability of a draw from those top cells, in ``(0, 1)``.
         query_chunk_size: queries processed at once. Temporaries grow linearly with
             ``query_chunk_size * (#cells + M)`` (a chunk's cell tables and draws), besides the
