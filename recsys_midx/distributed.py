@@ -42,7 +42,9 @@ def eval_sampler(dataset: Sized) -> UnrepeatedDistributedSampler | None:
             any batch would stall collective calls of the other ranks).
 
     Example:
-        >>> loader = DataLoader(dataset, batch_size=256, sampler=eval_sampler(dataset))
+        ```python
+        loader = DataLoader(dataset, batch_size=256, sampler=eval_sampler(dataset))
+        ```
     """
     size = world_size()
     if size == 1:
@@ -73,9 +75,11 @@ def broadcast_module_state(module: nn.Module, src: int = 0) -> None:
         ValueError: if ``src`` is not a rank of the group.
 
     Example:
-        >>> if dist.get_rank() == 0:
-        ...     sampler.update(item_table)
-        >>> broadcast_module_state(sampler)  # every rank now draws from rank 0's proposal
+        ```python
+        if dist.get_rank() == 0:
+            sampler.update(item_table)
+        broadcast_module_state(sampler)  # every rank now draws from rank 0's proposal
+        ```
     """
     size = world_size()
     if size == 1:
@@ -107,13 +111,15 @@ def raise_on_every_rank(error: Exception | None, src: int = 0) -> None:
         RuntimeError: on the other ranks when ``src`` failed, naming its error.
 
     Example:
-        >>> error = None
-        >>> if dist.get_rank() == 0:
-        ...     try:
-        ...         sampler.update(item_table)
-        ...     except ValueError as exc:
-        ...         error = exc
-        >>> raise_on_every_rank(error)
+        ```python
+        error = None
+        if dist.get_rank() == 0:
+            try:
+                sampler.update(item_table)
+            except ValueError as exc:
+                error = exc
+        raise_on_every_rank(error)
+        ```
     """
     if world_size() == 1:
         if error is not None:

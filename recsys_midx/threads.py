@@ -77,8 +77,10 @@ def resolve_threads(cfg: DictConfig) -> int:
         ConfigError: ``threads`` is set but not a positive integer.
 
     Example:
-        >>> resolve_threads(compose("config", overrides=["threads=2"]))
-        2
+        ```python
+        resolve_threads(compose("config", overrides=["threads=2"]))
+        # 2
+        ```
     """
     threads = cfg.get("threads")
     if threads is not None:

@@ -10,9 +10,11 @@ the key was computed from, so that readers can check the schema version before t
 files.
 
 Example:
-    >>> settings = {"name": "toy", "schema_version": 1, "fingerprint": {"seed": 0}}
-    >>> directory = processed_directory("/tmp/datasets", settings)
-    >>> dataset = cached(directory, settings, build, write_files, load)  # doctest: +SKIP
+    ```python
+    settings = {"name": "toy", "schema_version": 1, "fingerprint": {"seed": 0}}
+    directory = processed_directory("/tmp/datasets", settings)
+    dataset = cached(directory, settings, build, write_files, load)
+    ```
 """
 
 from __future__ import annotations

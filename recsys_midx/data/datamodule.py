@@ -67,9 +67,11 @@ class SeqRecDataModule(L.LightningDataModule):
         ConfigError: if ``train_samples`` or ``window_stride`` is not a valid choice.
 
     Example:
-        >>> dm = SeqRecDataModule(Synthetic(num_users=100, num_items=50), "datasets", max_len=20)
-        >>> dm.prepare_data(); dm.setup("fit")
-        >>> batch = next(iter(dm.train_dataloader()))  # {"inputs": [B, 20], "targets": [B, 1]}
+        ```python
+        dm = SeqRecDataModule(Synthetic(num_users=100, num_items=50), "datasets", max_len=20)
+        dm.prepare_data(); dm.setup("fit")
+        batch = next(iter(dm.train_dataloader()))  # {"inputs": [B, 20], "targets": [B, 1]}
+        ```
     """
 
     def __init__(
@@ -145,8 +147,10 @@ class SeqRecDataModule(L.LightningDataModule):
             whose items are ``items[offsets[r]:offsets[r + 1]]``, oldest first.
 
         Example:
-            >>> user_ids, offsets, items = dm.user_sequences()  # doctest: +SKIP
-            >>> items[offsets[0]:offsets[1]]  # user user_ids[0]'s items  # doctest: +SKIP
+            ```python
+            user_ids, offsets, items = dm.user_sequences()
+            items[offsets[0]:offsets[1]]  # user user_ids[0]'s items
+            ```
         """
         split = self._split
         return split.user_ids, split.offsets, split.items

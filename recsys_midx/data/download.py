@@ -76,8 +76,10 @@ def atomic_directory(dest: Path) -> Iterator[Path]:
         The empty temporary folder to fill.
 
     Example:
-        >>> with atomic_directory(Path("out/table")) as tmp:  # doctest: +SKIP
-        ...     (tmp / "part.parquet").write_bytes(data)
+        ```python
+        with atomic_directory(Path("out/table")) as tmp:
+            (tmp / "part.parquet").write_bytes(data)
+        ```
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary_sibling(dest)
@@ -117,9 +119,11 @@ def download(url: str, dest: Path, md5: str | None, *, progress: bool = True) ->
         DownloadError: the request failed or the body was shorter than announced.
 
     Example:
-        >>> url = "https://files.grouplens.org/datasets/movielens/ml-100k.zip"
-        >>> md5 = "0e33842e24a9c977be4e0107933c0723"
-        >>> archive = download(url, Path("datasets/raw/ml-100k.zip"), md5)  # doctest: +SKIP
+        ```python
+        url = "https://files.grouplens.org/datasets/movielens/ml-100k.zip"
+        md5 = "0e33842e24a9c977be4e0107933c0723"
+        archive = download(url, Path("datasets/raw/ml-100k.zip"), md5)
+        ```
     """
     dest = Path(dest)
     expected = md5.lower() if md5 else None
@@ -230,8 +234,10 @@ def extract_zip(archive: Path, dest_dir: Path) -> Path:
         CorruptArchiveError: the archive is truncated or otherwise unreadable.
 
     Example:
-        >>> raw = Path("datasets/raw")
-        >>> root = extract_zip(raw / "ml-1m.zip", raw / "ml-1m")  # doctest: +SKIP
+        ```python
+        raw = Path("datasets/raw")
+        root = extract_zip(raw / "ml-1m.zip", raw / "ml-1m")
+        ```
     """
     archive, dest_dir = Path(archive), Path(dest_dir)
     if _reuse(archive, dest_dir):
@@ -270,9 +276,11 @@ def extract_tar(archive: Path, dest_dir: Path) -> Path:
         CorruptArchiveError: the archive is truncated or otherwise unreadable.
 
     Example:
-        >>> raw = Path("datasets/raw")
-        >>> archive = raw / "lastfm-dataset-1K.tar.gz"
-        >>> root = extract_tar(archive, raw / "lastfm-1k")  # doctest: +SKIP
+        ```python
+        raw = Path("datasets/raw")
+        archive = raw / "lastfm-dataset-1K.tar.gz"
+        root = extract_tar(archive, raw / "lastfm-1k")
+        ```
     """
     archive, dest_dir = Path(archive), Path(dest_dir)
     if _reuse(archive, dest_dir):

@@ -192,8 +192,10 @@ def load_stats(directory: Path) -> dict[str, Any]:
         DataError: the folder was written with another :data:`SCHEMA_VERSION`.
 
     Example:
-        >>> load_stats(Path("datasets/processed/ml-100k-0123456789ab"))["users"]  # doctest: +SKIP
-        943
+        ```python
+        load_stats(Path("datasets/processed/ml-100k-0123456789ab"))["users"]
+        # 943
+        ```
     """
     _, stats = checked_contents(Path(directory), _FILES, SCHEMA_VERSION)
     return stats

@@ -43,8 +43,10 @@ class Spans:
             position.
 
     Example:
-        >>> test = split.spans("test")  # doctest: +SKIP
-        >>> history, target = split.items[test.starts[0]:test.ends[0]], split.items[test.ends[0]]
+        ```python
+        test = split.spans("test")
+        history, target = split.items[test.starts[0]:test.ends[0]], split.items[test.ends[0]]
+        ```
     """
 
     starts: np.ndarray
@@ -87,7 +89,9 @@ class LeaveOneOut:
     """Settings of the leave-one-out split (it has none): see :class:`LeaveOneOutSplit`.
 
     Example:
-        >>> split = LeaveOneOut().build(dataset)  # doctest: +SKIP
+        ```python
+        split = LeaveOneOut().build(dataset)
+        ```
     """
 
     def build(self, dataset: PreparedDataset) -> LeaveOneOutSplit:

@@ -60,7 +60,9 @@ class GlobalTime:
             the same way); the message names the key as ``split.<key>``.
 
     Example:
-        >>> GlobalTime(quantile=0.9, val_quantile=0.8).build(dataset)  # doctest: +SKIP
+        ```python
+        GlobalTime(quantile=0.9, val_quantile=0.8).build(dataset)
+        ```
     """
 
     quantile: float | None = 0.9

@@ -157,8 +157,10 @@ class StepCheckpoint(ModelCheckpoint):
             (``every_n_train_steps``, ``save_last``, ...).
 
     Example:
-        >>> StepCheckpoint(dirpath="run/checkpoints", every_n_train_steps=1000, save_top_k=0,
-        ...                save_last=True)
+        ```python
+        StepCheckpoint(dirpath="run/checkpoints", every_n_train_steps=1000, save_top_k=0,
+                       save_last=True)
+        ```
     """
 
     @override
@@ -194,7 +196,9 @@ def resume_checkpoint(resume: str | None, trainer: L.Trainer) -> Path | None:
         FileNotFoundError: ``resume`` names a file that does not exist.
 
     Example:
-        >>> trainer.fit(module, datamodule, ckpt_path=resume_checkpoint("auto", trainer))
+        ```python
+        trainer.fit(module, datamodule, ckpt_path=resume_checkpoint("auto", trainer))
+        ```
     """
     if not resume:
         return None

@@ -37,8 +37,10 @@ class SeqRecModule(CatalogModule):
         TypeError: if ``loss`` does not accept ``head``.
 
     Example:
-        >>> module = SeqRecModule(SASRec(num_items=1000), DotHead(), UniformSampler(1000),
-        ...                       SoftmaxLoss(), functools.partial(torch.optim.Adam, lr=1e-3))
+        ```python
+        module = SeqRecModule(SASRec(num_items=1000), DotHead(), UniformSampler(1000),
+                              SoftmaxLoss(), functools.partial(torch.optim.Adam, lr=1e-3))
+        ```
     """
 
     def __init__(

@@ -45,8 +45,10 @@ class XCModule(CatalogModule):
             nor an :class:`~recsys_midx.losses.EDRepLoss`, or if it does not accept ``head``.
 
     Example:
-        >>> module = XCModule(XCEncoder(5000, 1000), DotHead(), UniformSampler(1000),
-        ...                   MultiLabelSoftmaxLoss(), functools.partial(torch.optim.Adam, lr=1e-3))
+        ```python
+        module = XCModule(XCEncoder(5000, 1000), DotHead(), UniformSampler(1000),
+                          MultiLabelSoftmaxLoss(), functools.partial(torch.optim.Adam, lr=1e-3))
+        ```
     """
 
     inv_propensity: Tensor

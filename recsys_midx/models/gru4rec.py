@@ -23,9 +23,11 @@ class GRU4Rec(SequenceEncoder):
         ValueError: if a size is not positive.
 
     Example:
-        >>> encoder = GRU4Rec(num_items=100, dim=32, hidden_size=48, max_len=20)
-        >>> encoder(torch.tensor([[0, 0, 5, 7]])).shape
-        torch.Size([1, 4, 32])
+        ```python
+        encoder = GRU4Rec(num_items=100, dim=32, hidden_size=48, max_len=20)
+        encoder(torch.tensor([[0, 0, 5, 7]])).shape
+        # torch.Size([1, 4, 32])
+        ```
     """
 
     def __init__(

@@ -64,9 +64,11 @@ def read_interactions(
             the file).
 
     Example:
-        >>> raw = read_interactions(  # doctest: +SKIP
-        ...     Path("ratings.csv"), Delimited(","),
-        ...     ColumnMap(user="userId", item="movieId", time="timestamp", rating="rating"))
+        ```python
+        raw = read_interactions(
+            Path("ratings.csv"), Delimited(","),
+            ColumnMap(user="userId", item="movieId", time="timestamp", rating="rating"))
+        ```
     """
     start = time.perf_counter()
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]

@@ -65,9 +65,11 @@ class Amazon(RemoteSource):
         ValueError: ``version`` is not 2014 or 2018, or neither ``url`` nor ``raw_dir`` given.
 
     Example:
-        >>> beauty = Amazon("amazon-beauty", "Beauty", url="http://snap.stanford.edu/data/"
-        ...                 "amazon/productGraph/categoryFiles/ratings_Beauty.csv")
-        >>> dataset = beauty.prepare("datasets")  # doctest: +SKIP
+        ```python
+        beauty = Amazon("amazon-beauty", "Beauty", url="http://snap.stanford.edu/data/"
+                        "amazon/productGraph/categoryFiles/ratings_Beauty.csv")
+        dataset = beauty.prepare("datasets")
+        ```
     """
 
     family = "amazon"

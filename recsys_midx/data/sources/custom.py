@@ -61,9 +61,11 @@ class Custom(Source):
             be None, but must be given).
 
     Example:
-        >>> shop = Custom("shop", "~/data/orders.parquet",
-        ...               columns={"user": "uid", "item": "sku", "time": "ts"})
-        >>> dataset = shop.prepare("datasets")  # doctest: +SKIP
+        ```python
+        shop = Custom("shop", "~/data/orders.parquet",
+                      columns={"user": "uid", "item": "sku", "time": "ts"})
+        dataset = shop.prepare("datasets")
+        ```
     """
 
     def __init__(

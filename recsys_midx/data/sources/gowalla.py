@@ -35,9 +35,11 @@ class Gowalla(RemoteSource):
         ValueError: neither ``url`` nor ``raw_dir`` given.
 
     Example:
-        >>> gowalla = Gowalla(
-        ...     "gowalla", url="https://snap.stanford.edu/data/loc-gowalla_totalCheckins.txt.gz")
-        >>> dataset = gowalla.prepare("datasets")  # doctest: +SKIP
+        ```python
+        gowalla = Gowalla(
+            "gowalla", url="https://snap.stanford.edu/data/loc-gowalla_totalCheckins.txt.gz")
+        dataset = gowalla.prepare("datasets")
+        ```
     """
 
     family = "gowalla"

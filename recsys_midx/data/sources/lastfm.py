@@ -49,9 +49,11 @@ class LastFM1K(RemoteSource):
         ValueError: unknown ``level``, or neither ``url`` nor ``raw_dir`` given.
 
     Example:
-        >>> lastfm = LastFM1K("lastfm-1k", url="http://mtg.upf.edu/static/datasets/last.fm/"
-        ...                   "lastfm-dataset-1K.tar.gz")
-        >>> dataset = lastfm.prepare("datasets")  # doctest: +SKIP
+        ```python
+        lastfm = LastFM1K("lastfm-1k", url="http://mtg.upf.edu/static/datasets/last.fm/"
+                          "lastfm-dataset-1K.tar.gz")
+        dataset = lastfm.prepare("datasets")
+        ```
     """
 
     family = "lastfm-1k"

@@ -75,11 +75,13 @@ class MovieLens(RemoteSource):
         ValueError: unknown variant, or neither ``url`` nor ``raw_dir`` given.
 
     Example:
-        >>> ml = MovieLens("ml-1m", "ml-1m",
-        ...                url="https://files.grouplens.org/datasets/movielens/ml-1m.zip",
-        ...                md5="c4d9eecfca2ab87c1945afe126590906")
-        >>> ml.prepare("datasets").num_items  # doctest: +SKIP
-        3416
+        ```python
+        ml = MovieLens("ml-1m", "ml-1m",
+                       url="https://files.grouplens.org/datasets/movielens/ml-1m.zip",
+                       md5="c4d9eecfca2ab87c1945afe126590906")
+        ml.prepare("datasets").num_items
+        # 3416
+        ```
     """
 
     family = "movielens"

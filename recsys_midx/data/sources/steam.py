@@ -33,8 +33,10 @@ class Steam(RemoteSource):
         ValueError: neither ``url`` nor ``raw_dir`` given.
 
     Example:
-        >>> steam = Steam("steam", url="https://cseweb.ucsd.edu/~wckang/steam_reviews.json.gz")
-        >>> dataset = steam.prepare("datasets")  # doctest: +SKIP
+        ```python
+        steam = Steam("steam", url="https://cseweb.ucsd.edu/~wckang/steam_reviews.json.gz")
+        dataset = steam.prepare("datasets")
+        ```
     """
 
     family = "steam"

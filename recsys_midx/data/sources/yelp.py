@@ -29,8 +29,10 @@ class Yelp(RemoteSource):
         preprocess: filters (default: 5-core, all ratings kept).
 
     Example:
-        >>> yelp = Yelp("yelp", raw_dir="~/data/yelp")
-        >>> dataset = yelp.prepare("datasets")  # doctest: +SKIP
+        ```python
+        yelp = Yelp("yelp", raw_dir="~/data/yelp")
+        dataset = yelp.prepare("datasets")
+        ```
     """
 
     family = "yelp"

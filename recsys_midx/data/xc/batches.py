@@ -76,7 +76,9 @@ def make_batch(data: XCData, rows: Sequence[int] | np.ndarray) -> Batch:
         label count in the batch (at least 1).
 
     Example:
-        >>> batch = make_batch(dataset.train, np.arange(4))  # doctest: +SKIP
+        ```python
+        batch = make_batch(dataset.train, np.arange(4))
+        ```
     """
     rows = np.asarray(rows, dtype=np.int64)
     points = data.take(rows)

@@ -42,9 +42,11 @@ class XCDataModule(L.LightningDataModule):
         ValueError: if a batch size is not positive or ``val_fraction`` is not in ``(0, 1)``.
 
     Example:
-        >>> dm = XCDataModule(XCSynthetic(num_labels=100, num_train=500, num_test=100), "/tmp/d")
-        >>> dm.prepare_data(); dm.setup("fit")
-        >>> batch = next(iter(dm.train_dataloader()))  # {"features": ..., "labels": [B, P]}
+        ```python
+        dm = XCDataModule(XCSynthetic(num_labels=100, num_train=500, num_test=100), "/tmp/d")
+        dm.prepare_data(); dm.setup("fit")
+        batch = next(iter(dm.train_dataloader()))  # {"features": ..., "labels": [B, P]}
+        ```
     """
 
     def __init__(

@@ -250,9 +250,11 @@ class XCRepository(XCSource):
             the conditions of :class:`XCSource`.
 
     Example:
-        >>> source = XCRepository("xc-eurlex-4k", {"train": "eurlex_train.txt",
-        ...                                        "test": "eurlex_test.txt"}, raw_dir="~/Eurlex")
-        >>> dataset = source.prepare("datasets")  # doctest: +SKIP
+        ```python
+        source = XCRepository("xc-eurlex-4k", {"train": "eurlex_train.txt",
+                                               "test": "eurlex_test.txt"}, raw_dir="~/Eurlex")
+        dataset = source.prepare("datasets")
+        ```
     """
 
     def __init__(

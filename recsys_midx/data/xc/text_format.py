@@ -148,9 +148,11 @@ def read_xc_file(path: str | Path) -> XCData:
         FileNotFoundError: ``path`` does not exist.
 
     Example:
-        >>> data = read_xc_file("datasets/raw/xc-eurlex-4k/eurlex_train.txt")  # doctest: +SKIP
-        >>> data.num_points, data.num_features, data.num_labels  # doctest: +SKIP
-        (15539, 5000, 3993)
+        ```python
+        data = read_xc_file("datasets/raw/xc-eurlex-4k/eurlex_train.txt")
+        data.num_points, data.num_features, data.num_labels
+        # (15539, 5000, 3993)
+        ```
     """
     path = Path(path)
     # Bytes that are not UTF-8 become U+FFFD, which no number contains: the line holding them
@@ -193,7 +195,9 @@ def write_xc_file(path: str | Path, data: XCData) -> Path:
         ``path``.
 
     Example:
-        >>> write_xc_file("/tmp/tiny.txt", data)  # doctest: +SKIP
+        ```python
+        write_xc_file("/tmp/tiny.txt", data)
+        ```
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
