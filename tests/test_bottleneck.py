@@ -18,7 +18,8 @@ from recsys_midx.analysis import (
     singular_values,
 )
 from recsys_midx.experiment import train
-from recsys_midx.heads import DotHead, Head, MoEHead, MoSHead, PLIFHead, SigSoftmaxHead, log_probs
+from recsys_midx.heads import DotHead, Head, MoEHead, MoSHead, PLIFHead, SigSoftmaxHead
+from recsys_midx.scoring import log_probs
 
 DIM, NUM_ITEMS, NUM_CONTEXTS = 3, 60, 40
 

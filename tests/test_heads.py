@@ -20,7 +20,6 @@ from recsys_midx.heads import (
     PLIFHead,
     SigSoftmaxHead,
     optimizer_param_groups,
-    ranking_queries,
 )
 from recsys_midx.lit import SeqRecModule
 from recsys_midx.losses import (
@@ -39,6 +38,7 @@ from recsys_midx.losses import (
 from recsys_midx.metrics import target_ranks, top_labels
 from recsys_midx.models import SASRec
 from recsys_midx.samplers import FullSampler, MIDXSampler, UniformSampler
+from recsys_midx.scoring import ranking_queries
 
 NUM_ITEMS = 40
 DIM = 5

@@ -264,17 +264,3 @@ def test_head_rejects_bad_temperature() -> None:
         with pytest.raises(ValueError, match="temperature"):
             DotHead(temperature)
 
-
-def test_cpu_chunks_stay_cache_sized_and_accelerators_take_chunk_size_as_given():
-    from recsys_midx.losses.full_softmax import (
-        _CPU_BLOCK_SCORES,
-        _CPU_MIN_CHUNK_ITEMS,
-        _items_per_chunk,
-    )
-
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert _items_per_chunk(8192, 6400, cpu) == _CPU_BLOCK_SCORES // 6400
-    assert _items_per_chunk(8192, 128, cpu) == 8192  # small batches keep the whole chunk
-    assert _items_per_chunk(4, 6400, cpu) == 4  # never more than asked for
-    assert _items_per_chunk(8192, 10**7, cpu) == _CPU_MIN_CHUNK_ITEMS
-    assert _items_per_chunk(8192, 6400, cuda) == 8192

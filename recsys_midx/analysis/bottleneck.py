@@ -22,7 +22,8 @@ import copy
 import torch
 from torch import Tensor
 
-from ..heads import Head, log_probs
+from ..heads import Head
+from ..scoring import log_probs
 
 #: Items scored at once for the catalog normalisers.
 _CHUNK_SIZE = 32768

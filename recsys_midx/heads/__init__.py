@@ -7,9 +7,6 @@ from .mos import MoSHead
 from .plif import PLIFFunction, PLIFHead
 from .sigsoftmax import SigSoftmaxHead
 
-# Last: it imports the losses, which import the head classes above.
-from .scoring import log_probs, ranking_queries  # noqa: E402
-
 __all__ = [
     "DotHead",
     "Head",
@@ -19,7 +16,5 @@ __all__ = [
     "PLIFFunction",
     "PLIFHead",
     "SigSoftmaxHead",
-    "log_probs",
     "optimizer_param_groups",
-    "ranking_queries",
 ]

@@ -18,7 +18,7 @@ With scores ``f(s_k(i))`` of component ``k`` the model is
 ``log p(i | h) = logsumexp_k(log pi_k + f(s_k(i)) - log sum_j exp f(s_k(j)))``; a single query
 means ``K = 1`` and ``log pi = 0``. The base class is the identity on both sides, which is the
 plain dot-product softmax; subclasses override one side (no head of the toolkit does both, and
-:func:`~recsys_midx.heads.ranking_queries` relies on it).
+:func:`~recsys_midx.scoring.ranking_queries` relies on it).
 
 A head may train at its own learning rate (``lr``): :func:`optimizer_param_groups` puts its
 parameters in their own optimiser parameter group.

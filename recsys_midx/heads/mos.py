@@ -15,7 +15,7 @@ class MoSHead(Head):
     Each component is a full softmax over the catalog with its own normaliser; the mixture of
     their log-probabilities is not a log-linear model, so its log-probability matrix is not
     bound to rank ``D + 1``. The mixture changes rankings, so evaluation scores the catalog with
-    the mixture (:func:`~recsys_midx.heads.ranking_queries`). With a sampler,
+    the mixture (:func:`~recsys_midx.scoring.ranking_queries`). With a sampler,
     all components share one set of negatives (see
     :func:`~recsys_midx.losses.draw_mixture_negatives`).
 

@@ -15,8 +15,9 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor, nn
 
 from recsys_midx.distributed import broadcast_module_state, raise_on_every_rank
-from recsys_midx.heads import Head, HeadOutput, optimizer_param_groups, ranking_queries
+from recsys_midx.heads import Head, HeadOutput, optimizer_param_groups
 from recsys_midx.protocols import CatalogDataModule, NegativeSampler, Objective, RefreshableIndex
+from recsys_midx.scoring import ranking_queries
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 
@@ -159,7 +160,7 @@ class CatalogModule(L.LightningModule, abc.ABC):
     def ranking_queries(self, query: Tensor, chunk_size: int) -> tuple[Tensor, Tensor | None]:
         """Queries (and mixture log-weights) that rank the catalog as the model does.
 
-        The head decides (:func:`~recsys_midx.heads.ranking_queries`): the query itself for the
+        The head decides (:func:`~recsys_midx.scoring.ranking_queries`): the query itself for the
         dot product and for increasing logit transforms, the projected query for MoE, component
         queries and log-weights for MoS.
 

@@ -2,7 +2,7 @@
 several positives per query."""
 
 from .edrep import EDRepLoss
-from .full_softmax import full_softmax_loss, head_full_softmax_loss, head_logsumexp
+from .full_softmax import full_softmax_loss, head_full_softmax_loss
 from .multilabel import (
     MultiLabelSoftmaxLoss,
     multilabel_full_softmax_loss,
@@ -33,7 +33,6 @@ __all__ = [
     "draw_shared_negatives",
     "full_softmax_loss",
     "head_full_softmax_loss",
-    "head_logsumexp",
     "head_sampled_softmax_loss",
     "multilabel_full_softmax_loss",
     "multilabel_head_full_softmax_loss",

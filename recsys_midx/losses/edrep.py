@@ -47,11 +47,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..heads.base import HeadOutput
-from ..heads.dot import DotHead
-from ..samplers.base import Sampler
+from ..heads import DotHead, HeadOutput
 from ..index import IndexModule, ResidualCodebooks
-from .full_softmax import check_scoring_inputs, compute_dtype
+from ..samplers import Sampler
+from ..scoring import compute_dtype
+from .full_softmax import check_scoring_inputs
 from .multilabel import _positive_entries
 
 #: Items whose outer products are summed at once by :func:`cluster_statistics` (bounds memory

@@ -7,7 +7,8 @@ With scores ``s_i = z . v_i``:
 
 * exact: ``loss(p) = log(exp(s_p) + sum_{i not in P} exp(s_i)) - s_p``, with the labels that
   no point of the batch carries summed by the chunked logsumexp that
-  :func:`~recsys_midx.losses.full_softmax_loss` uses;
+  :func:`~recsys_midx.losses.full_softmax_loss` uses
+  (:func:`~recsys_midx.scoring.catalog_logsumexp`);
 * sampled: the query's ``M`` negatives are drawn once and shared by all its positives; with
   ``o = s - log q``, ``loss(p) = logsumexp(o_p, o_{n_1}..o_{n_M}) - o_p``, where negatives equal
   to *any* positive of the query (accidental hits) are masked.
@@ -31,18 +32,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# The chunked normaliser is shared with the single-label exact loss, forward and backward.
-from .full_softmax import (
+from ..scoring import (
     Transform,
-    _ChunkedLogSumExp,
     as_components,
-    check_scoring_inputs,
+    catalog_logsumexp,
     compute_dtype,
-    gather_rows,
     head_logsumexp,
     mixture_log_prob,
-    without_autocast,
 )
+from .full_softmax import check_scoring_inputs, gather_rows, without_autocast
 from .sampled_softmax import accidental_hits, check_negatives, score_negatives
 from .softmax import CatalogSoftmax, LossFunctions
 
@@ -113,9 +111,9 @@ def multilabel_full_softmax_loss(
 
     ``loss = log(exp(s_p) + sum_{i not in P} exp(s_i)) - s_p`` for each positive ``p`` of query
     ``q``, ``s_i = query[q] . item_emb[i]``. The labels split in two: those that are nobody's
-    positive in the batch, whose logsumexp is the same sum for every query and is computed by the
-    chunked function of :func:`~recsys_midx.losses.full_softmax_loss` (``chunk_size`` labels at
-    a time, memory ``O(Q * chunk_size)``, forward and backward), and the batch's positives
+    positive in the batch, whose logsumexp is the same sum for every query and is computed by
+    :func:`~recsys_midx.scoring.catalog_logsumexp` (``chunk_size`` labels at a time, memory
+    ``O(Q * chunk_size)``, forward and backward), and the batch's positives
     ``U``, scored densely (``[Q, |U|]``) with each query's own positives masked. Nothing is
     subtracted, so the loss stays exact however much of the softmax the other positives hold.
     Half precision is computed in float32.
@@ -152,7 +150,7 @@ def multilabel_full_softmax_loss(
     # Labels no query of the batch carries: one shared logsumexp, chunked over the table.
     if len(split.outside_ids) > 1:
         table = item_emb.index_select(0, split.outside_ids).to(dtype)
-        lse_outside = _ChunkedLogSumExp.apply(query, table, chunk_size)
+        lse_outside = catalog_logsumexp(query, table, chunk_size)
     else:
         lse_outside = query.new_full((query.shape[0],), float("-inf"))
     # The batch's labels: scored densely; a query's own positives leave its normaliser.
@@ -237,7 +235,7 @@ def multilabel_head_full_softmax_loss(
     ``f(s_k(i))``: ``log p_k(p) = f(s_k(p)) - log(exp f(s_k(p)) + sum_{i not in P} exp f(s_k(i)))``
     and ``loss = -logsumexp_k(log_prior_k + log p_k(p))``. As in
     :func:`multilabel_full_softmax_loss`, the labels nobody in the batch carries are summed by a
-    chunked (and checkpointed) logsumexp, :func:`~recsys_midx.losses.head_logsumexp`, and the
+    chunked (and checkpointed) logsumexp, :func:`~recsys_midx.scoring.head_logsumexp`, and the
     batch's labels are scored densely (``[Q, K, |U|]``).
 
     Args:

@@ -12,15 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .full_softmax import (
-    Transform,
-    as_components,
-    check_scoring_inputs,
-    compute_dtype,
-    gather_rows,
-    mixture_log_prob,
-    without_autocast,
-)
+from ..scoring import Transform, as_components, compute_dtype, mixture_log_prob
+from .full_softmax import check_scoring_inputs, gather_rows, without_autocast
 
 
 def check_negatives(

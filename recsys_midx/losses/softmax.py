@@ -21,10 +21,10 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-# Submodules of the heads (not the package): the heads' scoring functions import the losses.
-from ..heads.base import Head, HeadOutput
-from ..samplers.base import Sampler
-from .full_softmax import Transform, full_softmax_loss, head_full_softmax_loss
+from ..heads import Head, HeadOutput
+from ..samplers import Sampler
+from ..scoring import Transform
+from .full_softmax import full_softmax_loss, head_full_softmax_loss
 from .sampled_softmax import head_sampled_softmax_loss, sampled_softmax_loss
 
 

@@ -3,7 +3,6 @@ multi-label classification metrics (P@k, nDCG@k, PSP@k)."""
 
 from recsys_midx.metrics.ranking import (
     RankingMetrics,
-    catalog_scores,
     metric_names,
     ranking_metrics,
     target_ranks,
@@ -19,7 +18,6 @@ from recsys_midx.metrics.xc import (
 __all__ = [
     "RankingMetrics",
     "XCMetrics",
-    "catalog_scores",
     "inverse_propensities",
     "metric_names",
     "ranking_metrics",

@@ -24,10 +24,10 @@ import torch
 import torchmetrics
 from torch import Tensor
 
+from recsys_midx.scoring import catalog_scores, check_mixture
+
 __all__ = [
     "RankingMetrics",
-    "catalog_scores",
-    "check_mixture",
     "metric_names",
     "ranking_metrics",
     "target_ranks",
@@ -87,49 +87,6 @@ def _removal_lists(targets: Tensor, exclude: Tensor | None) -> tuple[Tensor, Ten
     return ids, keep
 
 
-def catalog_scores(query: Tensor, vectors: Tensor, log_weights: Tensor | None = None) -> Tensor:
-    """Scores ``[B, C]`` of item vectors ``[C, D]`` for one query or a mixture of queries each.
-
-    One query per row (``query`` ``[B, D]``, ``log_weights`` ``None``) scores ``query . v``.
-    ``K`` queries per row (``[B, K, D]`` with ``log_weights`` ``[B, K]``) score
-    ``logsumexp_k(log_weights_k + query_k . v)``, the log-probability of a mixture of softmaxes
-    when the weights hold ``log pi_k`` minus each component's normaliser
-    (:func:`~recsys_midx.heads.ranking_queries`).
-
-    Args:
-        query: ``[B, D]`` or ``[B, K, D]`` queries.
-        vectors: ``[C, D]`` item vectors, on the device and in the dtype of ``query``.
-        log_weights: ``[B, K]`` for ``[B, K, D]`` queries, else ``None``.
-
-    Returns:
-        ``[B, C]`` scores.
-
-    Example:
-        >>> query, vectors = torch.randn(2, 3, 4), torch.randn(5, 4)
-        >>> weights = torch.zeros(2, 3)
-        >>> torch.allclose(catalog_scores(query, vectors, weights),
-        ...                torch.logsumexp(query @ vectors.T, dim=1))
-        True
-    """
-    if log_weights is None:
-        return query @ vectors.T
-    return torch.logsumexp(query @ vectors.T + log_weights[..., None].to(query.dtype), dim=1)
-
-
-def check_mixture(query: Tensor, log_weights: Tensor | None) -> None:
-    """Raise ``ValueError`` unless ``query`` is ``[B, D]`` without weights or ``[B, K, D]`` with
-    ``[B, K]`` weights."""
-    expected = 2 if log_weights is None else 3
-    if query.dim() != expected or (
-        log_weights is not None and tuple(log_weights.shape) != tuple(query.shape[:2])
-    ):
-        raise ValueError(
-            f"expected query [B, D] without log_weights or [B, K, D] with log_weights [B, K], "
-            f"got {tuple(query.shape)} and "
-            f"{None if log_weights is None else tuple(log_weights.shape)}"
-        )
-
-
 @torch.no_grad()
 def target_ranks(
     query: Tensor,
@@ -164,7 +121,7 @@ def target_ranks(
         chunk_size: items scored at a time; extra memory is ``O(B * (chunk_size + B))``
             (``K`` times that for a mixture).
         log_weights: ``[B, K]`` mixture log-weights when ``query`` holds ``K`` queries per row
-            ``[B, K, D]``; items are then scored by :func:`catalog_scores`.
+            ``[B, K, D]``; items are then scored by :func:`~recsys_midx.scoring.catalog_scores`.
 
     Returns:
         ``[B]`` int64 ranks on the device of ``query``: the number of competing items, neither

@@ -28,7 +28,7 @@ import torch
 import torchmetrics
 from torch import Tensor
 
-from .ranking import check_mixture, catalog_scores
+from recsys_midx.scoring import catalog_scores, check_mixture
 
 __all__ = ["XCMetrics", "inverse_propensities", "top_labels", "xc_metric_names", "xc_metrics"]
 
@@ -123,7 +123,7 @@ def top_labels(
         chunk_size: labels scored at a time.
         log_weights: ``[B, K]`` mixture log-weights when ``query`` holds ``K`` queries per row
             ``[B, K, D]``; labels are then scored by
-            :func:`~recsys_midx.metrics.ranking.catalog_scores`.
+            :func:`~recsys_midx.scoring.catalog_scores`.
 
     Returns:
         ``scores`` ``[B, k]`` (float32, descending) and ``ids`` ``[B, k]`` (int64, in ``1..L``).

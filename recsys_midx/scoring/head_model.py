@@ -1,19 +1,24 @@
 """A head's model over the whole catalog: the queries that rank it and the exact log-probabilities.
 
 Both need the head's normalisers over every item, computed in chunks by
-:func:`~recsys_midx.losses.head_logsumexp`. Evaluation and inference rank with
+:func:`~recsys_midx.scoring.head_logsumexp`. Evaluation and inference rank with
 :func:`ranking_queries`; the softmax-bottleneck diagnostics (:mod:`recsys_midx.analysis`) read
 :func:`log_probs`.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
-# A submodule of the losses (not the package): the losses import the heads.
-from ..losses.full_softmax import as_components, head_logsumexp, mixture_log_prob
-from .base import Head
+from .logsumexp import head_logsumexp
+from .mixtures import as_components, mixture_log_prob
+
+if TYPE_CHECKING:
+    # Only for the annotations: the heads sit above catalog scoring and never import it back.
+    from recsys_midx.heads import Head
 
 
 @torch.no_grad()

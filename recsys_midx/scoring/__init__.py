@@ -1,0 +1,27 @@
+"""Catalog scoring: what every part that scores the whole catalog shares.
+
+The normalisers over all items, computed in chunks so that memory stays ``O(Q * chunk_size)`` in
+forward and backward (:func:`catalog_logsumexp` for the dot product, :func:`head_logsumexp` for
+a head's transformed scores and mixture components); the mixtures of softmaxes
+(:func:`as_components`, :func:`mixture_log_prob`, :func:`catalog_scores`); and a head's model
+over the catalog (:func:`ranking_queries` for evaluation and inference, :func:`log_probs` for
+the diagnostics). The objectives, the metrics, the Lightning modules and the analysis build on
+it; it imports nothing else of the toolkit, so any of them loads it without the others.
+"""
+
+from .head_model import log_probs, ranking_queries
+from .logsumexp import Transform, catalog_logsumexp, compute_dtype, head_logsumexp
+from .mixtures import as_components, catalog_scores, check_mixture, mixture_log_prob
+
+__all__ = [
+    "Transform",
+    "as_components",
+    "catalog_logsumexp",
+    "catalog_scores",
+    "check_mixture",
+    "compute_dtype",
+    "head_logsumexp",
+    "log_probs",
+    "mixture_log_prob",
+    "ranking_queries",
+]

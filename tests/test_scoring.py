@@ -1,0 +1,54 @@
+"""Catalog scoring: the chunked normalisers and their chunk sizes, and the documented examples.
+
+The losses built on these functions are tested against dense references in test_losses.py,
+test_heads.py and test_multilabel_loss.py; the metrics in test_metrics.py and test_xc_metrics.py.
+"""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+import torch
+
+from recsys_midx.scoring import catalog_logsumexp, head_logsumexp, head_model, logsumexp, mixtures
+from recsys_midx.scoring.logsumexp import _CPU_BLOCK_SCORES, _CPU_MIN_CHUNK_ITEMS, _items_per_chunk
+
+
+def test_cpu_chunks_stay_cache_sized_and_accelerators_take_chunk_size_as_given():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert _items_per_chunk(8192, 6400, cpu) == _CPU_BLOCK_SCORES // 6400
+    assert _items_per_chunk(8192, 128, cpu) == 8192  # small batches keep the whole chunk
+    assert _items_per_chunk(4, 6400, cpu) == 4  # never more than asked for
+    assert _items_per_chunk(8192, 10**7, cpu) == _CPU_MIN_CHUNK_ITEMS
+    assert _items_per_chunk(8192, 6400, cuda) == 8192
+
+
+def test_catalog_logsumexp_gradcheck_leaves_padding_out():
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(3, 4, generator=generator, dtype=torch.float64).requires_grad_()
+    item_emb = torch.randn(12, 4, generator=generator, dtype=torch.float64).requires_grad_()
+    torch.autograd.gradcheck(lambda q, v: catalog_logsumexp(q, v, chunk_size=5), (query, item_emb))
+    catalog_logsumexp(query, item_emb, chunk_size=5).sum().backward()
+    assert torch.equal(item_emb.grad[0], torch.zeros(4))
+
+
+def test_catalog_logsumexp_computes_half_precision_in_float32():
+    query, item_emb = torch.randn(2, 4).bfloat16(), torch.randn(9, 4).bfloat16()
+    lse = catalog_logsumexp(query, item_emb, chunk_size=3)
+    assert lse.dtype == torch.float32
+    reference = torch.logsumexp(query.float() @ item_emb[1:].float().T, dim=1)
+    torch.testing.assert_close(lse, reference)
+
+
+@pytest.mark.parametrize("normaliser", [catalog_logsumexp, head_logsumexp])
+def test_normalisers_reject_empty_chunks(normaliser):
+    query, item_emb = torch.randn(2, 4), torch.randn(9, 4)
+    args = (query, item_emb) if normaliser is catalog_logsumexp else (query, item_emb, torch.tanh)
+    with pytest.raises(ValueError, match="chunk_size"):
+        normaliser(*args, chunk_size=0)
+
+
+@pytest.mark.parametrize("module", [logsumexp, mixtures, head_model], ids=lambda m: m.__name__)
+def test_docstring_examples(module):
+    assert doctest.testmod(module).failed == 0
