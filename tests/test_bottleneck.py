@@ -17,7 +17,7 @@ from recsys_midx.analysis import (
     numerical_rank,
     singular_values,
 )
-from recsys_midx.experiment import train
+from recsys_midx.app.experiment import train
 from recsys_midx.heads import DotHead, Head, MoEHead, MoSHead, PLIFHead, SigSoftmaxHead, log_probs
 
 DIM, NUM_ITEMS, NUM_CONTEXTS = 3, 60, 40
