@@ -1,7 +1,7 @@
 """Train and test a model: ``python train.py sampler=uniform dataset=ml-1m``, the same as
-``recsys-midx-train ...`` (see :mod:`recsys_midx.cli` and docs/guides/configuration.md)."""
+``recsys-midx-train ...`` (see :mod:`recsys_midx.app.train` and docs/guides/configuration.md)."""
 
-from recsys_midx.cli import train
+from recsys_midx.app.train import train
 
 if __name__ == "__main__":
     train()

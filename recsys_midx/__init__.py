@@ -9,13 +9,13 @@ __version__ = "0.1.0"
 __all__ = ["load_run", "recommend"]
 
 if TYPE_CHECKING:
-    from recsys_midx.inference.recommend import recommend
-    from recsys_midx.trained import load_run
+    from recsys_midx.app.recommend import recommend
+    from recsys_midx.app.trained import load_run
 
 #: Public names imported on first use: they pull in torch, Lightning and Hydra.
 _LAZY = {
-    "recommend": "recsys_midx.inference.recommend",
-    "load_run": "recsys_midx.trained",
+    "recommend": "recsys_midx.app.recommend",
+    "load_run": "recsys_midx.app.trained",
 }
 
 

@@ -1,4 +1,4 @@
-"""Errors that a run reports to its user as one line (see :mod:`recsys_midx.cli`).
+"""Errors that a run reports to its user as one line (see :mod:`recsys_midx.app.train`).
 
 The data layer's errors live in :mod:`recsys_midx.data.errors` (:class:`DataError` and its
 subclasses); this module holds the errors of the settings themselves.
@@ -12,7 +12,7 @@ class ConfigError(ValueError):
 
     The message names each setting as it is written on the command line (``eval.ks=[5, 50]``,
     ``sampler.num_codebooks=4``) and says how to fix it. It is raised by
-    :func:`recsys_midx.preflight.check` before any data is read or any file written.
+    :func:`recsys_midx.app.preflight.check` before any data is read or any file written.
 
     Example:
         >>> raise ConfigError("trainer.max_epochs=0: a run trains at least one epoch")

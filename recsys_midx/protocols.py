@@ -1,6 +1,6 @@
 """The small interfaces the parts of a run meet at: sampler, objective, refreshable index, data.
 
-The Lightning modules and :mod:`recsys_midx.experiment` are typed against these protocols, not
+The Lightning modules and :mod:`recsys_midx.app.experiment` are typed against these protocols, not
 against concrete classes, so any object with the right methods plugs in; the toolkit's own
 implementations (:class:`~recsys_midx.samplers.Sampler`, :class:`~recsys_midx.losses.SoftmaxLoss`,
 :class:`~recsys_midx.data.datamodule.SeqRecDataModule`, ...) satisfy them. Item ids are ``1..N``;
@@ -169,7 +169,7 @@ class Objective(Protocol):
 
 
 class CatalogDataModule(Protocol):
-    """The data of a run as the Lightning modules and :mod:`recsys_midx.experiment` use it.
+    """The data of a run as the Lightning modules and :mod:`recsys_midx.app.experiment` use it.
 
     :class:`~recsys_midx.data.datamodule.SeqRecDataModule` (sequences) and
     :class:`~recsys_midx.data.xc.XCDataModule` (extreme classification) implement it; the

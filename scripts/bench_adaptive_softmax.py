@@ -35,12 +35,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from recsys_midx.app.trained import load_run
 from recsys_midx.inference import (
     AdaptiveSoftmax,
     ItemTableTopK,
     exact_softmax_topk,
 )
-from recsys_midx.trained import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from recsys_midx.analysis import bottleneck_spectra, load_run
+from recsys_midx import load_run
+from recsys_midx.analysis import bottleneck_spectra
 from recsys_midx.analysis.report import write_report
 
 

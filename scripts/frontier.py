@@ -10,7 +10,7 @@ negatives, MIDX as configured by default (exact top cells sized from the catalog
 negatives and at 256, and both MIDX variants with 1,024 negatives shared by the batch; and the
 kernel, SIR, DNS and LSH samplers at 256 (SIR and DNS from uniform pools of 512).
 
-Runs go to ``OUT/TASK/LABEL``, and the report of :mod:`recsys_midx.analysis.summarize`
+Runs go to ``OUT/TASK/LABEL``, and the report of :mod:`recsys_midx.app.summarize`
 (``summary.md``, ``time_to_quality.md``, ``val_quality_vs_time.png``...) to ``OUT/TASK``. A run
 that finished (its ``results.json`` exists) is kept and an interrupted one resumes from its last
 checkpoint, so running the command again continues the sweep; ``--max-minutes`` caps each run's
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{label} failed:\n{done.stderr[-2000:]}", file=sys.stderr, flush=True)
     if args.dry_run:
         return
-    from recsys_midx.analysis.summarize import main as summarize
+    from recsys_midx.app.summarize import main as summarize
 
     summarize([str(task_dir)])
     if failed:

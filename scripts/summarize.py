@@ -1,3 +1,3 @@
-"""Summarise runs; the same as ``recsys-midx-summarize`` (see :mod:`recsys_midx.analysis.summarize`)."""
-from recsys_midx.analysis.summarize import main
+"""Summarise runs; the same as ``recsys-midx-summarize`` (see :mod:`recsys_midx.app.summarize`)."""
+from recsys_midx.app.summarize import main
 main()

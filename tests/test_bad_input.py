@@ -13,7 +13,7 @@ from hydra.errors import InstantiationException, MissingConfigException
 from conftest import TINY_RUN, sampler_overrides
 from recsys_midx.data.errors import DataError
 from recsys_midx.data.xc import XCFormatError
-from recsys_midx.experiment import train
+from recsys_midx.app.experiment import train
 from recsys_midx.lit.reliability import NonFiniteLossError
 from recsys_midx.lit.seqrec import SeqRecModule
 

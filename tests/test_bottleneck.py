@@ -17,7 +17,7 @@ from recsys_midx.analysis import (
     numerical_rank,
     singular_values,
 )
-from recsys_midx.experiment import train
+from recsys_midx.app.experiment import train
 from recsys_midx.heads import DotHead, Head, MoEHead, MoSHead, PLIFHead, SigSoftmaxHead
 from recsys_midx.scoring import log_probs
 

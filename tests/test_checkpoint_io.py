@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel
 
 from conftest import ROOT, TINY_RUN, sampler_overrides
-from recsys_midx.experiment import train
+from recsys_midx.app.experiment import train
 from recsys_midx.lit.checkpointing import AtomicCheckpointIO, CheckpointError, StepCheckpoint
 
 

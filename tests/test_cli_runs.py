@@ -17,7 +17,7 @@ import pytest
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
 from conftest import ROOT, TINY_RUN, run_train, sampler_overrides
-from recsys_midx.cli import HARMLESS_WARNINGS, filter_harmless_warnings
+from recsys_midx.app.train import HARMLESS_WARNINGS, filter_harmless_warnings
 
 #: Each harmless warning as Lightning issues it: message, category and issuing module.
 LIGHTNING_WARNINGS = [
@@ -49,7 +49,7 @@ def test_each_harmless_warning_is_hidden_only_where_lightning_issues_it(message,
                                                                        module):
     assert len(LIGHTNING_WARNINGS) == len(HARMLESS_WARNINGS)
     assert not _shown(message, category, module)
-    assert _shown(message, category, "recsys_midx.experiment")
+    assert _shown(message, category, "recsys_midx.app.experiment")
     assert _shown(message, DeprecationWarning, module)
     assert _shown("Something else went wrong.", category, module)
 

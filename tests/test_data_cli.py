@@ -10,8 +10,8 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from recsys_midx.app.prepare import main
 from recsys_midx.data import EmptyDatasetError, PreprocessSettings, preprocess
-from recsys_midx.data.__main__ import main
 
 PRESETS = {
     "sasrec": PreprocessSettings(min_rating=None, user_core=5, item_core=5),

@@ -24,7 +24,7 @@ from recsys_midx.distributed import (
     eval_sampler,
     raise_on_every_rank,
 )
-from recsys_midx.experiment import build
+from recsys_midx.app.experiment import build
 from recsys_midx.samplers import MIDXSampler, PopularitySampler
 
 pytestmark = [

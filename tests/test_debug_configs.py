@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from recsys_midx.experiment import train
+from recsys_midx.app.experiment import train
 
 
 @pytest.mark.parametrize("task", ["seqrec", "xc"])

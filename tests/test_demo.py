@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from recsys_midx.experiment import sampler_lines
+from recsys_midx.app.experiment import sampler_lines
 
 
 def test_the_default_run_is_a_short_demo_on_the_synthetic_dataset(compose_config) -> None:

@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import CONF_DIR, TINY_RUN, sampler_overrides
-from recsys_midx.experiment import train
+from recsys_midx.app.experiment import train
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from hydra.errors import InstantiationException
 from torch import Tensor
 
 from conftest import TINY_RUN, sampler_overrides
-from recsys_midx.experiment import build, train
+from recsys_midx.app.experiment import build, train
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import EDRepLoss, edrep, full_softmax_loss, multilabel_full_softmax_loss
 from recsys_midx.losses.edrep import cluster_statistics, gaussian_log_partition

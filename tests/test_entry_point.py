@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recsys_midx import cli
+from recsys_midx.app import train as cli
 
 #: Extreme classification data small enough for a run of a few seconds.
 TINY_XC_DATA = (

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from conftest import CONF_DIR, ROOT
-from recsys_midx.evaluate import evaluate
+from recsys_midx.app.evaluate import evaluate
 from trained_runs import TINY_CUSTOM_RUN, train_custom_run
 
 

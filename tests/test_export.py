@@ -12,9 +12,9 @@ import pytest
 
 from recsys_midx import load_run, recommend
 from recsys_midx.heads import MoSHead
-from recsys_midx.inference.export import export_items, main
-from recsys_midx.inference.recommend import history_queries
-from recsys_midx.trained import LoadedRun
+from recsys_midx.app.export import export_items, main
+from recsys_midx.app.recommend import history_queries
+from recsys_midx.app.trained import LoadedRun
 from trained_runs import train_custom_run
 
 pytestmark = pytest.mark.slow

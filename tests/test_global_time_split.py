@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from recsys_midx.data.datamodule import SeqRecDataModule
 from recsys_midx.data.pipeline import PreparedDataset
 from recsys_midx.data.time_split import GlobalTime, GlobalTimeSplit
-from recsys_midx.experiment import RESULTS_FILE, train
+from recsys_midx.app.experiment import RESULTS_FILE, train
 
 # (user, item, timestamp), sorted by user then time as in the processed Parquet. With cut-offs
 # 6 (validation) and 8 (test):

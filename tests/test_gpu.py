@@ -16,7 +16,7 @@ import torch
 
 from conftest import TINY_RUN, sampler_overrides
 from goodness_of_fit import chi_square_pvalue
-from recsys_midx.experiment import train
+from recsys_midx.app.experiment import train
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import SoftmaxLoss, full_softmax_loss
 from recsys_midx.metrics.ranking import target_ranks

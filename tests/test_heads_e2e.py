@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import TINY_RUN, sampler_overrides
-from recsys_midx.experiment import build, train
+from recsys_midx.app.experiment import build, train
 from test_xc_e2e import TINY_XC_RUN
 
 HEADS = {

@@ -16,8 +16,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from recsys_midx.experiment import train
-from recsys_midx.loggers import INSTALL_HINT, check_logger_packages
+from recsys_midx.app.experiment import train
+from recsys_midx.app.loggers import INSTALL_HINT, check_logger_packages
 from conftest import CONF_DIR, TINY_RUN, sampler_overrides
 
 #: What every logger must receive: the validation metric and the sampler's diagnostics

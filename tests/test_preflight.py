@@ -10,7 +10,8 @@ import pytest
 import torch
 from hydra.errors import InstantiationException
 
-from recsys_midx import cli, preflight, threads
+from recsys_midx.app import preflight, threads
+from recsys_midx.app import train as cli
 from recsys_midx.data.errors import EmptyFileError
 from recsys_midx.errors import ConfigError
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from recsys_midx import load_run, recommend
+from recsys_midx.app.recommend import COLUMNS, main
+from recsys_midx.app.trained import IdMap, LoadedRun, UnknownIdsError
 from recsys_midx.heads import MoSHead
-from recsys_midx.inference.recommend import COLUMNS, main
 from recsys_midx.scoring import log_probs
-from recsys_midx.trained import IdMap, LoadedRun, UnknownIdsError
 from trained_runs import brute_force, csv_histories, train_custom_run
 
 USERS = ["user-003", "user-017", "user-042"]

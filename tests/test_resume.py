@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_dir
 
 from conftest import CONF_DIR, ROOT, TINY_RUN, sampler_overrides
 from recsys_midx.data.resumable import EpochShuffle, ResumableLoader
-from recsys_midx.experiment import build, train
+from recsys_midx.app.experiment import build, train
 from recsys_midx.lit.checkpointing import resume_checkpoint
 from recsys_midx.lit.reliability import capture_random_state, restore_random_state
 

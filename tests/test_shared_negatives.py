@@ -14,7 +14,7 @@ from torch import Tensor
 
 from conftest import TINY_RUN, sampler_overrides
 from goodness_of_fit import chi_square_pvalue
-from recsys_midx.experiment import train
+from recsys_midx.app.experiment import train
 from recsys_midx.heads import DotHead, Head, MoEHead, MoSHead, PLIFHead, SigSoftmaxHead
 from recsys_midx.losses import (
     MultiLabelSoftmaxLoss,

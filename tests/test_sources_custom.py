@@ -17,6 +17,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from recsys_midx.app.experiment import train
 from recsys_midx.data import (
     Custom,
     DataError,
@@ -24,7 +25,6 @@ from recsys_midx.data import (
     MissingColumnsError,
     MissingFilesError,
 )
-from recsys_midx.experiment import train
 
 COLUMNS = {"user": "uid", "item": "sku", "time": "ts"}
 NO_FILTER = {"user_core": 0, "item_core": 0}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from recsys_midx.analysis.time_to_quality import time_to_quality, to_markdown
+from recsys_midx.reports.time_to_quality import time_to_quality, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLER_TARGETS = {
@@ -118,7 +118,7 @@ def test_heads_and_objectives_are_groups_of_their_own(tmp_path: Path) -> None:
 
 
 def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> None:
-    from recsys_midx.analysis.summarize import _sampler_name
+    from recsys_midx.app.summarize import _sampler_name
 
     midx = {"_target_": "recsys_midx.samplers.MIDXSampler", "num_codewords": 64}
     softmax = {"_target_": "recsys_midx.losses.SoftmaxLoss", "exact_positives": False}
@@ -152,7 +152,7 @@ def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> N
 
 
 def _summarize_module():
-    from recsys_midx.analysis import summarize
+    from recsys_midx.app import summarize
 
     return summarize
 
@@ -280,9 +280,9 @@ def test_time_to_quality_leaves_out_panels_without_the_exact_softmax() -> None:
 def test_extreme_classification_runs_are_summarised_by_the_metric_their_task_monitors(
     tmp_path: Path,
 ) -> None:
-    from recsys_midx.analysis.summarize import load_runs, summarize
-    from recsys_midx.analysis.summarize import to_markdown as table_markdown
-    from recsys_midx.analysis.summary_plots import epoch_rows, with_labels
+    from recsys_midx.app.summarize import load_runs, summarize
+    from recsys_midx.app.summarize import to_markdown as table_markdown
+    from recsys_midx.reports.summary_plots import epoch_rows, with_labels
 
     for sampler, p_at_1 in (("full", 0.8), ("uniform", 0.6)):
         folder = tmp_path / sampler

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY_RUN, sampler_overrides
-from recsys_midx.experiment import _warn_exact_top_without_exact_positives, build, train
+from recsys_midx.app.experiment import _warn_exact_top_without_exact_positives, build, train
 
 SAMPLERS = {
     "full": "FullSampler",
@@ -144,7 +144,7 @@ def test_experiment_composes_to_its_overrides_and_yields_to_the_command_line(com
 def test_exact_top_cells_without_exact_positives_are_flagged(compose_config, caplog, overrides,
                                                              warned):
     cfg = compose_config(["sampler=midx", *overrides])
-    with caplog.at_level(logging.WARNING, logger="recsys_midx.experiment"):
+    with caplog.at_level(logging.WARNING, logger="recsys_midx.app.experiment"):
         assert _warn_exact_top_without_exact_positives(cfg) is warned
     assert ("loss.exact_positives=true" in caplog.text) is warned
 

@@ -33,7 +33,7 @@ from recsys_midx.lit import SeqRecModule
 from recsys_midx.losses import SoftmaxLoss
 from recsys_midx.models import SASRec
 from recsys_midx.samplers import FullSampler
-from recsys_midx.experiment import train
+from recsys_midx.app.experiment import train
 
 MAX_LEN = 4
 #: Interactions per user: training parts of 1, 2, 2, 3, 7, 13 and 21 items under leave-one-out,

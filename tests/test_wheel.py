@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from recsys_midx.trained import load_run
+from recsys_midx.app.trained import load_run
 from trained_runs import TINY_CUSTOM_RUN, brute_force, csv_histories, write_interactions
 
 #: What a build must not see: outputs of runs and earlier builds (a stale ``build/`` would put
@@ -96,7 +96,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 def test_the_wheel_trains_from_an_empty_folder(installed: Installed, tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     assert {"recsys_midx/conf/config.yaml", "recsys_midx/conf/sampler/midx.yaml",
-            "recsys_midx/conf/debug/default.yaml", "recsys_midx/cli.py"} <= names
+            "recsys_midx/conf/debug/default.yaml", "recsys_midx/app/train.py"} <= names
     assert not any(name.startswith(("tests/", "conf/", "train.py")) for name in names)
     empty = tmp_path / "empty"
     empty.mkdir()

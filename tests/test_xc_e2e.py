@@ -8,7 +8,7 @@ import pytest
 from hydra.errors import InstantiationException
 
 from conftest import sampler_overrides
-from recsys_midx.experiment import build, train
+from recsys_midx.app.experiment import build, train
 
 #: Overrides that make an extreme classification run take a few seconds.
 TINY_XC_RUN = (

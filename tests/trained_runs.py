@@ -13,8 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 import torch
 
 from conftest import CONF_DIR, sampler_overrides
-from recsys_midx.experiment import train
-from recsys_midx.trained import LoadedRun
+from recsys_midx.app.experiment import train
+from recsys_midx.app.trained import LoadedRun
 
 #: The keys of ``TINY_RUN`` that apply to a custom dataset (it has no num_users / num_items).
 TINY_CUSTOM_RUN = (

@@ -1,14 +1,12 @@
 """Diagnostics of trained models: softmax-bottleneck spectra of log-probabilities and Jacobians."""
 
 from .bottleneck import jacobian_spectrum, log_prob_matrix, numerical_rank, singular_values
-from ..trained import load_run
 from .runs import BottleneckSpectra, bottleneck_spectra
 
 __all__ = [
     "BottleneckSpectra",
     "bottleneck_spectra",
     "jacobian_spectrum",
-    "load_run",
     "log_prob_matrix",
     "numerical_rank",
     "singular_values",

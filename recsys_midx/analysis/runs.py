@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from ..trained import LoadedRun
 from .bottleneck import jacobian_spectrum, log_prob_matrix, numerical_rank, singular_values
+
+if TYPE_CHECKING:
+    # Only the type: loading a run needs Lightning and Hydra, measuring a loaded one does not.
+    from recsys_midx.app.trained import LoadedRun
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Top-k softmax inference over a class or item table: exact and AdaptiveSoftmax.
 
-Recommendations of a trained run in raw ids are in :mod:`recsys_midx.inference.recommend`
-(``recsys_midx.recommend``), the export of its item vectors and a faiss index in
-:mod:`recsys_midx.inference.export`; both are command-line modules, imported on demand.
+Plain torch: nothing here loads Lightning or Hydra. Recommendations of a trained run in raw ids
+(:mod:`recsys_midx.app.recommend`, ``recsys_midx.recommend``) and the export of its item vectors
+and a faiss index (:mod:`recsys_midx.app.export`) are commands of the application layer.
 """
 
 from .adaptive_softmax import AdaptiveSoftmax, adaptive_softmax_topk

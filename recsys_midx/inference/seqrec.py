@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -11,7 +11,10 @@ from torch import Tensor
 from recsys_midx.inference.adaptive_softmax import AdaptiveSoftmax
 from recsys_midx.inference.exact import exact_softmax_topk
 from recsys_midx.inference.result import TopKResult
-from recsys_midx.lit.base import CatalogModule
+
+if TYPE_CHECKING:
+    # Only the type: a trained module comes with Lightning, the top-k algorithms do not need it.
+    from recsys_midx.lit.base import CatalogModule
 
 __all__ = ["ItemTableTopK"]
 
@@ -25,7 +28,7 @@ class ItemTableTopK:
 
     Args:
         module: a trained :class:`~recsys_midx.lit.base.CatalogModule` (e.g. from
-            :func:`recsys_midx.trained.load_run`).
+            :func:`recsys_midx.app.trained.load_run`).
         eps: multiplicative error of the adaptive probabilities.
         delta: failure probability of the adaptive algorithm.
         init_pulls: coordinates per item in the adaptive pilot.

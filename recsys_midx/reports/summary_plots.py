@@ -1,4 +1,4 @@
-"""Plots of a sweep, drawn from the runs table of :mod:`recsys_midx.analysis.summarize` and
+"""Plots of a sweep, drawn from the runs table of :mod:`recsys_midx.app.summarize` and
 each run's ``epochs.csv``.
 
 Three PNG files, one panel per (dataset, model). A panel's quality metric is the one its task

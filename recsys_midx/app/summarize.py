@@ -2,9 +2,9 @@
 
 Reads every ``results.json`` below the given folders (e.g. a Hydra multirun directory), prints a
 markdown table and writes it as ``summary.md`` and ``summary.csv`` together with three PNG plots
-(see :mod:`recsys_midx.analysis.summary_plots`) and, when the exact softmax is among the runs, the
+(see :mod:`recsys_midx.reports.summary_plots`) and, when the exact softmax is among the runs, the
 time each group takes to reach 90/95/97% of its best (``time_to_quality.md``, see
-:mod:`recsys_midx.analysis.time_to_quality`) in the ``--plots`` folder (default: the first
+:mod:`recsys_midx.reports.time_to_quality`) in the ``--plots`` folder (default: the first
 folder). ``--csv FILE`` writes the CSV to another place as well.
 
 Example:
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from recsys_midx.analysis.summary_plots import epoch_rows, plot_all, with_labels
-from recsys_midx.analysis.sweeps import varying_settings
-from recsys_midx.analysis.time_to_quality import time_to_quality
-from recsys_midx.analysis.time_to_quality import to_markdown as time_to_quality_markdown
+from recsys_midx.reports.summary_plots import epoch_rows, plot_all, with_labels
+from recsys_midx.reports.sweeps import varying_settings
+from recsys_midx.reports.time_to_quality import time_to_quality
+from recsys_midx.reports.time_to_quality import to_markdown as time_to_quality_markdown
 
 #: Table columns per task, keyed by the validation metric the task monitors (``task.monitor``):
 #: that metric on the test split first, then its companions, then the metric itself.
@@ -198,8 +198,8 @@ def write_report(folders: list[Path], out_dir: Path) -> dict[str, Path]:
 
     Returns:
         The written files by kind: ``markdown``, ``csv``, then the plots (see
-        :func:`recsys_midx.analysis.summary_plots.plot_all`), then ``time_to_quality``
-        (``time_to_quality.md``, see :mod:`recsys_midx.analysis.time_to_quality`) when the
+        :func:`recsys_midx.reports.summary_plots.plot_all`), then ``time_to_quality``
+        (``time_to_quality.md``, see :mod:`recsys_midx.reports.time_to_quality`) when the
         runs include the exact softmax.
 
     Raises:

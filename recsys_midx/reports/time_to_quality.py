@@ -1,7 +1,7 @@
 """Time to quality: how soon each group of runs reaches a share of the exact softmax's best.
 
 The reference of a (dataset, model) panel is the exact softmax's best validation metric
-(:func:`~recsys_midx.analysis.summary_plots.exact_best`). For every group of the panel the
+(:func:`~recsys_midx.reports.summary_plots.exact_best`). For every group of the panel the
 table gives the mean of its runs' best as a share of the reference and, for each share in
 ``fractions``, the mean cumulative seconds (training plus validation, from ``epochs.csv``) at
 which its runs first reached it, with how many of them did. This is the sampled softmax's promise
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from recsys_midx.analysis.summary_plots import FRACTIONS, PANEL, exact_best
+from recsys_midx.reports.summary_plots import FRACTIONS, PANEL, exact_best
 
 
 def time_to_quality(
@@ -30,7 +30,7 @@ def time_to_quality(
 
     Args:
         epochs: per-epoch rows of every run, as
-            :func:`~recsys_midx.analysis.summary_plots.epoch_rows` gives them (columns
+            :func:`~recsys_midx.reports.summary_plots.epoch_rows` gives them (columns
             ``dataset``, ``model``, ``sampler``, ``label``, ``path``, ``elapsed``, ``metric``).
         fractions: shares of the reference to time.
         metric: the column of the validation metric (higher is better); ``quality`` is the

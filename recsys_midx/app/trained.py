@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from recsys_midx.experiment import build
+from recsys_midx.app.experiment import build
 from recsys_midx.lit.base import CatalogModule
 from recsys_midx.protocols import CatalogDataModule
 
@@ -235,7 +235,7 @@ def load_run(
 
     The folder must hold ``.hydra/config.yaml`` and ``checkpoints/`` (or ``checkpoint`` be
     given). Nothing is written into the run folder: the run is rebuilt with
-    :func:`recsys_midx.experiment.build` writing into a temporary folder that is removed before
+    :func:`recsys_midx.app.experiment.build` writing into a temporary folder that is removed before
     this returns. The processed dataset is read from (and, if missing, built into) the data
     folder of the run's config.
 

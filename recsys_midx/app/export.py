@@ -9,7 +9,7 @@
 ``items.faiss``
     A faiss index of the same vectors, row ``r`` being row ``r`` of ``items.parquet``; by default
     an exact inner-product ``IndexFlatIP``. Searching it with a user's ranking query
-    (:func:`~recsys_midx.inference.recommend.history_queries`) gives the model's own top-k.
+    (:func:`~recsys_midx.app.recommend.history_queries`) gives the model's own top-k.
 ``export.json``
     ``dimension``, ``metric`` (``"inner_product"``), ``num_items``, ``index`` and
     ``index_type``, ``items`` (the id mapping file), ``row_order`` (index row ``r`` is
@@ -24,7 +24,7 @@ several queries, which no single inner-product index reproduces: it is refused.
 
 Command line::
 
-    python -m recsys_midx.inference.export RUN_DIR --out DIR [--index-factory HNSW32]
+    python -m recsys_midx.app.export RUN_DIR --out DIR [--index-factory HNSW32]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from recsys_midx.trained import LoadedRun, RunLike, as_loaded_run
+from recsys_midx.app.trained import LoadedRun, RunLike, as_loaded_run
 
 __all__ = ["EXPORT_FILE", "INDEX_FILE", "ITEMS_FILE", "export_items", "main"]
 
@@ -57,7 +57,7 @@ def export_items(run: RunLike, out_dir: str | Path, index_factory: str | None = 
     See the module docstring for the files and their columns.
 
     Args:
-        run: a run folder of ``train.py`` or a run from :func:`~recsys_midx.trained.load_run`.
+        run: a run folder of ``train.py`` or a run from :func:`~recsys_midx.app.trained.load_run`.
         out_dir: the folder to write (created if missing; existing files are replaced).
         index_factory: a faiss index factory string (e.g. ``"HNSW32"``, approximate) built
             with the inner-product metric; default an exact ``IndexFlatIP``.
@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["outputs/run", "--out", "export"])
         0
     """
-    from recsys_midx.trained import load_run
+    from recsys_midx.app.trained import load_run
 
     parser = argparse.ArgumentParser(
         prog="recsys-midx-export",

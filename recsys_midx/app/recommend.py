@@ -8,7 +8,7 @@ stays bounded whatever the number of users and items.
 
 Command line (``--all`` for every user, ``--histories-file`` for new users)::
 
-    python -m recsys_midx.inference.recommend RUN_DIR --users u1 u2 --k 10 --out recs.parquet
+    python -m recsys_midx.app.recommend RUN_DIR --users u1 u2 --k 10 --out recs.parquet
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from recsys_midx.app.trained import LoadedRun, RunLike, UnknownIdsError, as_loaded_run
 from recsys_midx.data.train_samples import left_padded_windows
 from recsys_midx.lit.seqrec import SeqRecModule
 from recsys_midx.metrics import top_labels
-from recsys_midx.trained import LoadedRun, RunLike, UnknownIdsError, as_loaded_run
 
 __all__ = ["COLUMNS", "history_queries", "main", "recommend"]
 
@@ -58,7 +58,7 @@ def recommend(
     probabilities.
 
     Args:
-        run: a run folder of ``train.py`` or a run from :func:`~recsys_midx.trained.load_run`
+        run: a run folder of ``train.py`` or a run from :func:`~recsys_midx.app.trained.load_run`
             (its module is moved to ``device`` when one is given).
         users: raw user ids of the run's dataset (``str()`` of each must be a raw id as in the
             processed ``user_map.parquet``), or ``"all"`` for every user of the split. A user's
@@ -72,7 +72,7 @@ def recommend(
         batch_size: users encoded and scored at once.
         chunk_size: items scored at once (memory is ``O(batch_size * chunk_size)``).
         device: where to score (``"cpu"``, ``"cuda"``, ...); default where the run's module is
-            (the CPU after :func:`~recsys_midx.trained.load_run`).
+            (the CPU after :func:`~recsys_midx.app.trained.load_run`).
 
     Returns:
         A frame with columns ``user`` (the raw user id as the id map holds it, or the history's
@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["outputs/run", "--users", "u1", "u2", "--k", "10", "--out", "recs.parquet"])
         0
     """
-    from recsys_midx.trained import load_run
+    from recsys_midx.app.trained import load_run
 
     parser = _parser()
     args = parser.parse_args(argv)

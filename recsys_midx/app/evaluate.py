@@ -16,16 +16,16 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from recsys_midx.cli import filter_harmless_warnings, user_errors_reported
-from recsys_midx.experiment import (
+from recsys_midx.app.experiment import (
     RESULTS_FILE,
     build,
     peak_memory_mb,
     sampler_fields,
     write_json_atomically,
 )
-from recsys_midx.threads import apply_threads
-from recsys_midx.trained import load_weights, run_checkpoint, run_config
+from recsys_midx.app.threads import apply_threads
+from recsys_midx.app.train import filter_harmless_warnings, user_errors_reported
+from recsys_midx.app.trained import load_weights, run_checkpoint, run_config
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def evaluated_config(cfg: DictConfig) -> tuple[DictConfig, Path]:
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Validate and test a checkpoint; returns (and writes) the content of ``results.json``.
 
-    The module and the data are built as for training (:func:`recsys_midx.experiment.build`),
+    The module and the data are built as for training (:func:`recsys_midx.app.experiment.build`),
     the checkpoint's encoder, head and objective weights are loaded, and the evaluation runs
     with the config's ``eval`` settings (history exclusion, cut-offs) on a trainer without
     callbacks or loggers: nothing but ``results.json`` is written.
@@ -89,7 +89,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         FileNotFoundError: the run folder or the checkpoint is missing.
 
     Example:
-        >>> with hydra.initialize(config_path="conf", version_base="1.3"):
+        >>> with hydra.initialize(config_path="../conf", version_base="1.3"):
         ...     results = evaluate(hydra.compose("eval", overrides=["run_dir=outputs/run"]))
     """
     model_cfg, checkpoint = evaluated_config(cfg)
@@ -123,7 +123,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     return results
 
 
-@hydra.main(config_path="conf", config_name="eval", version_base="1.3")
+@hydra.main(config_path="../conf", config_name="eval", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     """The ``recsys-midx-eval`` command (and ``python eval.py`` in a clone): evaluate a
     checkpoint (see :func:`evaluate`) with the training command's thread setting, quiet library

@@ -20,10 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from recsys_midx.app.loggers import check_logger_packages
 from recsys_midx.lit.base import CatalogModule
 from recsys_midx.lit.callbacks import EpochLog, SamplerRefresh
 from recsys_midx.lit.checkpointing import resume_checkpoint
-from recsys_midx.loggers import check_logger_packages
 from recsys_midx.protocols import CatalogDataModule, NegativeSampler, Objective
 
 log = logging.getLogger(__name__)

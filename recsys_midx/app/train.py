@@ -1,8 +1,8 @@
 """The ``recsys-midx-train`` command (and ``python train.py`` in a clone): train and test one
 configuration composed by Hydra from ``recsys_midx/conf`` and the command line.
 
-Around :func:`recsys_midx.experiment.train` the command sets the thread count (``threads``),
-checks the settings before anything is read or written (:mod:`recsys_midx.preflight`), reports
+Around :func:`recsys_midx.app.experiment.train` the command sets the thread count (``threads``),
+checks the settings before anything is read or written (:mod:`recsys_midx.app.preflight`), reports
 a user's mistake as one ``error: ...`` line (the traceback only with ``HYDRA_FULL_ERROR=1``),
 removes the run folder such a mistake leaves empty, prints how to continue a run stopped with
 Ctrl-C, and hides the library warnings that every run would print.
@@ -34,10 +34,10 @@ from hydra.types import RunMode
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 from omegaconf import DictConfig
 
-from recsys_midx import experiment, preflight
+from recsys_midx.app import experiment, preflight
+from recsys_midx.app.threads import apply_threads
 from recsys_midx.data.errors import DataError
 from recsys_midx.errors import ConfigError
-from recsys_midx.threads import apply_threads
 
 #: Errors that are the user's to fix: reported as one line, without a traceback.
 USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, DataError)
@@ -75,7 +75,7 @@ def optimized_metric(cfg: DictConfig, results: dict[str, Any]) -> float | None:
         cfg: the composed config of the run; ``cfg.optimized_metric`` names a metric of
             ``results["metrics"]`` (``${task.monitor}`` by default: ``val/ndcg@10`` for
             ``task=seqrec``, ``val/p@1`` for ``task=xc``, the best epoch's value), or is null.
-        results: what :func:`~recsys_midx.experiment.train` returned.
+        results: what :func:`~recsys_midx.app.experiment.train` returned.
 
     Returns:
         The metric's value, or ``None`` when ``optimized_metric`` is null.
@@ -98,9 +98,9 @@ def optimized_metric(cfg: DictConfig, results: dict[str, Any]) -> float | None:
     return float(metrics[name])
 
 
-@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    """Train and test one configuration (see :func:`~recsys_midx.experiment.train`).
+    """Train and test one configuration (see :func:`~recsys_midx.app.experiment.train`).
 
     Args:
         cfg: the composed config (Hydra passes it; a test may pass one directly).
@@ -240,7 +240,7 @@ def resume_command(run_dir: Path) -> str:
 
 def _program() -> list[str]:
     """How this process was started, before its arguments: ``python train.py``,
-    ``python -m recsys_midx.cli`` or a console command such as ``recsys-midx-train``."""
+    ``python -m recsys_midx.app.train`` or a console command such as ``recsys-midx-train``."""
     script = sys.argv[0]
     if script.endswith(".py"):
         original = getattr(sys, "orig_argv", [sys.executable, *sys.argv])
