@@ -32,7 +32,9 @@ def write_report(spectra: Sequence[BottleneckSpectra], out_dir: str | Path) -> d
         ValueError: if ``spectra`` is empty.
 
     Example:
-        >>> write_report([bottleneck_spectra(load_run(path)) for path in run_dirs], "reports")
+        ```python
+        write_report([bottleneck_spectra(load_run(path)) for path in run_dirs], "reports")
+        ```
     """
     if not spectra:
         raise ValueError("spectra is empty: nothing to report")

@@ -22,7 +22,9 @@ def timed(fn: Callable[[], object], device: torch.device) -> float:
         The wall-clock seconds of one call of ``fn``.
 
     Example:
-        >>> seconds = timed(lambda: sampler.sample(queries, 100), torch.device("cpu"))
+        ```python
+        seconds = timed(lambda: sampler.sample(queries, 100), torch.device("cpu"))
+        ```
     """
     synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda _: None
     synchronize(device)
@@ -44,6 +46,8 @@ def best_seconds(fn: Callable[[], object], repeats: int, device: torch.device) -
         The smallest of the ``repeats`` wall-clock times, in seconds.
 
     Example:
-        >>> seconds = best_seconds(lambda: sampler.sample(queries, 100), 5, torch.device("cpu"))
+        ```python
+        seconds = best_seconds(lambda: sampler.sample(queries, 100), 5, torch.device("cpu"))
+        ```
     """
     return min(timed(fn, device) for _ in range(repeats))

@@ -89,8 +89,10 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         FileNotFoundError: the run folder or the checkpoint is missing.
 
     Example:
-        >>> with hydra.initialize(config_path="../conf", version_base="1.3"):
-        ...     results = evaluate(hydra.compose("eval", overrides=["run_dir=outputs/run"]))
+        ```python
+        with hydra.initialize(config_path="../conf", version_base="1.3"):
+            results = evaluate(hydra.compose("eval", overrides=["run_dir=outputs/run"]))
+        ```
     """
     model_cfg, checkpoint = evaluated_config(cfg)
     model_cfg.logger = None

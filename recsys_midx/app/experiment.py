@@ -115,8 +115,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         run, timings, peak memory and the sampler's refresh summary.
 
     Example:
-        >>> with hydra.initialize_config_module("recsys_midx.conf", version_base="1.3"):
-        ...     results = train(hydra.compose("config", overrides=["sampler=uniform"]))
+        ```python
+        with hydra.initialize_config_module("recsys_midx.conf", version_base="1.3"):
+            results = train(hydra.compose("config", overrides=["sampler=uniform"]))
+        ```
     """
     experiment = build(cfg)
     datamodule, module, trainer = experiment.datamodule, experiment.module, experiment.trainer

@@ -70,8 +70,10 @@ def export_items(run: RunLike, out_dir: str | Path, index_factory: str | None = 
             of several queries (``head=mos``), which an inner-product index cannot reproduce.
 
     Example:
-        >>> meta = json.loads(export_items("outputs/run", "export").read_text())
-        >>> index = faiss.read_index("export/" + meta["index"])  # doctest: +SKIP
+        ```python
+        meta = json.loads(export_items("outputs/run", "export").read_text())
+        index = faiss.read_index("export/" + meta["index"])
+        ```
     """
     run = as_loaded_run(run)
     _check_inner_product_ranking(run)
@@ -152,8 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         0; errors exit with status 2 and one line.
 
     Example:
-        >>> main(["outputs/run", "--out", "export"])
-        0
+        ```python
+        main(["outputs/run", "--out", "export"])
+        # 0
+        ```
     """
     from recsys_midx.app.trained import load_run
 

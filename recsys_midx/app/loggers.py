@@ -75,7 +75,9 @@ def check_logger_packages(cfg: DictConfig) -> None:
         ModuleNotFoundError: naming the ``logger`` choice and the pip package it needs.
 
     Example:
-        >>> check_logger_packages(hydra.compose("config", overrides=["logger=tensorboard"]))
+        ```python
+        check_logger_packages(hydra.compose("config", overrides=["logger=tensorboard"]))
+        ```
     """
     for name, logger in (cfg.get("logger") or {}).items():
         for requirement in logger_requirements(logger):

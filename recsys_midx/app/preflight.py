@@ -43,10 +43,12 @@ def check(cfg: DictConfig) -> None:
         ConfigError: naming the first setting (as written on the command line) that cannot work.
 
     Example:
-        >>> check(compose("config", overrides=["eval.ks=[5, 50]"]))
-        Traceback (most recent call last):
-        ...
-        recsys_midx.errors.ConfigError: eval.ks=[5, 50] does not produce task.monitor=...
+        ```python
+        check(compose("config", overrides=["eval.ks=[5, 50]"]))
+        # Traceback (most recent call last):
+
+        # recsys_midx.errors.ConfigError: eval.ks=[5, 50] does not produce task.monitor=...
+        ```
     """
     for check_one in CHECKS:
         check_one(cfg)

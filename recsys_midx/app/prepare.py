@@ -91,8 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         2 on a configuration error (unknown dataset, bad override or setting).
 
     Example:
-        >>> main(["describe", "dataset=ml-100k"])  # doctest: +SKIP
-        0
+        ```python
+        main(["describe", "dataset=ml-100k"])
+        # 0
+        ```
     """
     parser = argparse.ArgumentParser(
         prog="python -m recsys_midx.data",

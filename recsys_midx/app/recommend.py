@@ -88,11 +88,13 @@ def recommend(
             split dropped.
 
     Example:
-        >>> recs = recommend("outputs/2026-01-01/12-00-00", users=["u1", "u2"], k=10)
-        >>> recs.head(2)  # doctest: +SKIP
-          user  rank   item     score
-        0   u1     1  i0042  7.123456
-        1   u1     2  i0007  6.987654
+        ```python
+        recs = recommend("outputs/2026-01-01/12-00-00", users=["u1", "u2"], k=10)
+        recs.head(2)
+        # user  rank   item     score
+        # 0   u1     1  i0042  7.123456
+        # 1   u1     2  i0007  6.987654
+        ```
     """
     run = as_loaded_run(run)
     if not isinstance(run.module, SeqRecModule):
@@ -143,7 +145,9 @@ def history_queries(
         mixture, ready for :func:`~recsys_midx.metrics.top_labels`.
 
     Example:
-        >>> queries, _ = history_queries(run, run.histories(run.users.internal(["u1"])))
+        ```python
+        queries, _ = history_queries(run, run.histories(run.users.internal(["u1"])))
+        ```
     """
     lengths = np.fromiter((len(h) for h in histories), dtype=np.int64, count=len(histories))
     ends = np.cumsum(lengths)
@@ -260,8 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         0; errors (unknown users or items, bad arguments) exit with status 2 and one line.
 
     Example:
-        >>> main(["outputs/run", "--users", "u1", "u2", "--k", "10", "--out", "recs.parquet"])
-        0
+        ```python
+        main(["outputs/run", "--users", "u1", "u2", "--k", "10", "--out", "recs.parquet"])
+        # 0
+        ```
     """
     from recsys_midx.app.trained import load_run
 

@@ -228,7 +228,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         argv: the command-line arguments (default: ``sys.argv[1:]``).
 
     Example:
-        >>> main(["multirun/2026-11-22/10-00-00", "--plots", "docs/results/ml-100k"])
+        ```python
+        main(["multirun/2026-11-22/10-00-00", "--plots", "docs/results/ml-100k"])
+        ```
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folders", nargs="+", type=Path)

@@ -84,7 +84,9 @@ def optimized_metric(cfg: DictConfig, results: dict[str, Any]) -> float | None:
         KeyError: the run's results have no such metric.
 
     Example:
-        >>> value = optimized_metric(cfg, train(cfg))  # cfg.optimized_metric: val/p@1
+        ```python
+        value = optimized_metric(cfg, train(cfg))  # cfg.optimized_metric: val/p@1
+        ```
     """
     name = cfg.get("optimized_metric")
     if not name:

@@ -151,8 +151,10 @@ class LoadedRun:
             UnknownIdsError: naming users that the split dropped (too few interactions).
 
         Example:
-            >>> run.histories(run.users.internal(["u1"]))[0]  # doctest: +SKIP
-            array([12,  3, 40])
+            ```python
+            run.histories(run.users.internal(["u1"]))[0]
+            # array([12,  3, 40])
+            ```
         """
         known, offsets, items = self._sequences
         user_ids = np.asarray(list(user_ids), dtype=np.int64)
@@ -252,8 +254,10 @@ def load_run(
         FileNotFoundError: if the config or a checkpoint is missing.
 
     Example:
-        >>> run = load_run("outputs/2026-01-01/12-00-00")
-        >>> run.histories(run.users.internal(["u1"]))  # doctest: +SKIP
+        ```python
+        run = load_run("outputs/2026-01-01/12-00-00")
+        run.histories(run.users.internal(["u1"]))
+        ```
     """
     run_dir = Path(run_dir).resolve()
     cfg = run_config(run_dir)

@@ -38,9 +38,11 @@ class ItemTableTopK:
         ValueError: if the model's output head transforms its logits (sigsoftmax, PLIF).
 
     Example:
-        >>> head = ItemTableTopK(load_run("outputs/run").module)  # doctest: +SKIP
-        >>> z = head.queries(batch)                                    # doctest: +SKIP
-        >>> head.adaptive_topk(z[0], k=10).ids                         # doctest: +SKIP
+        ```python
+        head = ItemTableTopK(load_run("outputs/run").module)
+        z = head.queries(batch)
+        head.adaptive_topk(z[0], k=10).ids
+        ```
     """
 
     def __init__(

@@ -15,9 +15,11 @@ classification):
   means over seeds, with a standard-deviation bar on the total).
 
 Example:
-    >>> runs = with_labels(summarize.load_runs([Path("multirun/2026-11-22/10-00-00")]))
-    >>> plot_all(runs, epoch_rows(runs), Path("docs/results/ml-100k"))["test_quality"]
-    PosixPath('docs/results/ml-100k/test_quality.png')
+    ```python
+    runs = with_labels(summarize.load_runs([Path("multirun/2026-11-22/10-00-00")]))
+    plot_all(runs, epoch_rows(runs), Path("docs/results/ml-100k"))["test_quality"]
+    # PosixPath('docs/results/ml-100k/test_quality.png')
+    ```
 """
 
 from __future__ import annotations

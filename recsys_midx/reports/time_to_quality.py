@@ -9,8 +9,10 @@ measured directly: the same quality, sooner. Rows come frontier first: the soone
 highest share, then to the next highest, and so on; groups that reach none by their best share.
 
 Example:
-    >>> runs = with_labels(summarize.load_runs([Path("multirun/frontier")]))
-    >>> print(to_markdown(time_to_quality(epoch_rows(runs))))
+    ```python
+    runs = with_labels(summarize.load_runs([Path("multirun/frontier")]))
+    print(to_markdown(time_to_quality(epoch_rows(runs))))
+    ```
 """
 
 from __future__ import annotations
@@ -93,7 +95,9 @@ def to_markdown(table: pd.DataFrame, fractions: Sequence[float] = FRACTIONS) -> 
     there and ``-`` where none did, then the seconds per epoch.
 
     Example:
-        >>> print(to_markdown(time_to_quality(epochs)))  # doctest: +SKIP
+        ```python
+        print(to_markdown(time_to_quality(epochs)))
+        ```
     """
     header = ["dataset", "model", "run group", "runs", "best (share of exact)",
               *[f"seconds to {fraction:.0%}" for fraction in fractions], "seconds per epoch"]
