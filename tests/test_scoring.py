@@ -12,16 +12,16 @@ import pytest
 import torch
 
 from recsys_midx.scoring import catalog_logsumexp, head_logsumexp, head_model, logsumexp, mixtures
-from recsys_midx.scoring.logsumexp import _CPU_BLOCK_SCORES, _CPU_MIN_CHUNK_ITEMS, _items_per_chunk
+from recsys_midx.scoring.logsumexp import _CPU_BLOCK_SCORES, _CPU_MIN_CHUNK_ITEMS, items_per_chunk
 
 
 def test_cpu_chunks_stay_cache_sized_and_accelerators_take_chunk_size_as_given():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert _items_per_chunk(8192, 6400, cpu) == _CPU_BLOCK_SCORES // 6400
-    assert _items_per_chunk(8192, 128, cpu) == 8192  # small batches keep the whole chunk
-    assert _items_per_chunk(4, 6400, cpu) == 4  # never more than asked for
-    assert _items_per_chunk(8192, 10**7, cpu) == _CPU_MIN_CHUNK_ITEMS
-    assert _items_per_chunk(8192, 6400, cuda) == 8192
+    assert items_per_chunk(8192, 6400, cpu) == _CPU_BLOCK_SCORES // 6400
+    assert items_per_chunk(8192, 128, cpu) == 8192  # small batches keep the whole chunk
+    assert items_per_chunk(4, 6400, cpu) == 4  # never more than asked for
+    assert items_per_chunk(8192, 10**7, cpu) == _CPU_MIN_CHUNK_ITEMS
+    assert items_per_chunk(8192, 6400, cuda) == 8192
 
 
 def test_catalog_logsumexp_gradcheck_leaves_padding_out():

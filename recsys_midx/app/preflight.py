@@ -5,7 +5,9 @@ whole epoch (a monitored metric that is never logged fails in early stopping), o
 about an internal setting. Each check raises a :class:`~recsys_midx.errors.ConfigError` whose one
 line names the settings as the user writes them. Checks that need the data (``num_negatives``
 below the catalog size, ``num_codewords`` at most the number of items) stay with the components
-that know it.
+that know it. The one check that reads the machine's memory, :func:`check_memory`, compares the
+estimate of :mod:`recsys_midx.app.step_memory` with the memory of the device the run trains on;
+``preflight.memory=false`` turns it off.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from hydra.types import RunMode
 from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from recsys_midx.app import step_memory
 from recsys_midx.errors import ConfigError
 from recsys_midx.lit.checkpointing import RESUME_AUTO
 from recsys_midx.lit.xc import XCModule
 from recsys_midx.metrics.ranking import metric_names
 from recsys_midx.metrics.xc import xc_metric_names
+from recsys_midx.threads import processes_per_machine
 
 #: Valid values of the MIDX sampler's enumerated settings (``recsys_midx.samplers.MIDXSampler``).
 MIDX_CHOICES: dict[str, tuple[str, ...]] = {
@@ -194,7 +198,69 @@ def check_not_multirun_ddp(cfg: DictConfig) -> None:
         )
 
 
-#: Every check, in the order they run: cheap structural ones first.
+def check_memory(cfg: DictConfig) -> None:
+    """A training step's largest temporaries fit the memory of the device the run trains on.
+
+    The estimate (:func:`~recsys_midx.app.step_memory.estimate_step_memory`) counts only what a
+    step certainly holds at once, for the most queries a batch can hold; on CPU it is multiplied
+    by the processes of the run that share the host (DDP ranks, a parallel sweep's jobs). It is
+    compared with the free memory of the first CUDA device, or the host's available memory.
+    ``preflight.memory=false`` skips the check, as does a device whose memory cannot be read.
+
+    Raises:
+        ConfigError: naming ``sampler.num_negatives`` (or ``loss.chunk_size`` for the exact
+            softmax), the queries per step, both sizes in GiB and the settings that shrink the
+            step.
+    """
+    if not (cfg.get("preflight") or {}).get("memory", True):
+        return
+    device = step_memory.training_device(cfg)
+    if device is None:
+        return
+    estimate = step_memory.estimate_step_memory(cfg, device)
+    if estimate is None:
+        return
+    processes = processes_per_machine(cfg) if device.type == "cpu" else 1
+    available = step_memory.available_memory(device)
+    if available is None or estimate.bytes * processes <= available:
+        return
+    datamodule = cfg.task.datamodule
+    queries = f"task.datamodule.batch_size={datamodule.batch_size}"
+    if estimate.positions > 1:
+        length = _source_key(datamodule, "max_len", "task.datamodule.max_len")
+        queries += (f" x {length}={estimate.positions} queries "
+                    f"(task.datamodule.train_samples={datamodule.train_samples})")
+    else:
+        queries += " queries"
+    if processes > 1:
+        queries += f" in each of {processes} processes"
+    size = _gib(estimate.bytes * processes)
+    where = "host memory" if device.type == "cpu" else f"free memory of {device}"
+    skip = "(preflight.memory=false skips this check)"
+    if estimate.exact:
+        raise ConfigError(
+            f"loss.chunk_size={cfg.loss.chunk_size} with {queries} scores about {size} of "
+            f"logits and gradients per training step of the exact softmax (sampler=full), more "
+            f"than the {_gib(available)} of {where} available: lower loss.chunk_size or "
+            f"task.datamodule.batch_size {skip}"
+        )
+    negatives = f"sampler.num_negatives={cfg.sampler.num_negatives}"
+    if estimate.shared:
+        raise ConfigError(
+            f"{negatives} shared (loss.shared_negatives=true) with {queries} scores about "
+            f"{size} of logits and gradients per training step, more than the {_gib(available)} "
+            f"of {where} available: lower sampler.num_negatives or "
+            f"task.datamodule.batch_size {skip}"
+        )
+    raise ConfigError(
+        f"{negatives} with {queries} gathers about {size} of item rows, logits and gradients "
+        f"per training step, more than the {_gib(available)} of {where} available: set "
+        f"loss.shared_negatives=true, or lower sampler.num_negatives or "
+        f"task.datamodule.batch_size {skip}"
+    )
+
+
+#: Every check, in the order they run: cheap structural ones first, the machine's memory last.
 CHECKS: tuple[Callable[[DictConfig], None], ...] = (
     check_required,
     check_epochs,
@@ -203,6 +269,7 @@ CHECKS: tuple[Callable[[DictConfig], None], ...] = (
     check_sampler,
     check_resume,
     check_not_multirun_ddp,
+    check_memory,
 )
 
 
@@ -231,6 +298,11 @@ def _source_key(node: DictConfig, name: str, default: str) -> str:
         if ":" not in inner:  # a plain reference, not a resolver such as ${oc.env:...}
             return inner
     return default
+
+
+def _gib(size: int) -> str:
+    """Bytes in GiB with one decimal: ``151.1 GiB``."""
+    return f"{size / 2**30:.1f} GiB"
 
 
 def _show(value: Any) -> str:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: Keys that identify a run rather than configure it.
-_RUN_KEYS = frozenset({"seed", "resume"})
+#: Keys that identify a run, or only guard its start, rather than configure it.
+_RUN_KEYS = frozenset({"seed", "resume", "preflight.memory"})
 
 
 def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -37,7 +37,7 @@ def varying_settings(
 ) -> list[dict[str, Any]]:
     """For each run, the settings whose values are not the same in every run.
 
-    Left out: the seed and ``resume``; any key whose value equals the run's seed in every run
+    Left out: the seed, ``resume`` and ``preflight.memory``; any key whose value equals the run's seed in every run
     that has it (``sampler.seed: ${seed}`` resolves to it; an exact softmax has no such key); any key whose value, in some run, is a string
     inside that run's output folder (checkpoint and log folders). A key missing from some runs
     (a sampler without codebooks) varies, and is left out of the dicts of the runs that lack it.

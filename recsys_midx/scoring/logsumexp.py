@@ -51,10 +51,15 @@ _CPU_BLOCK_SCORES = 1 << 21
 _CPU_MIN_CHUNK_ITEMS = 256
 
 
-def _items_per_chunk(chunk_size: int, scores_per_item: int, device: torch.device) -> int:
+def items_per_chunk(chunk_size: int, scores_per_item: int, device: torch.device) -> int:
     """Items scored at once: ``chunk_size``, capped on CPU so a block holds about
     :data:`_CPU_BLOCK_SCORES` scores (``scores_per_item`` = queries times components). Accelerators
-    take ``chunk_size`` as given: there larger blocks amortise kernel launches."""
+    take ``chunk_size`` as given: there larger blocks amortise kernel launches.
+
+    Example:
+        >>> items_per_chunk(8192, 128, torch.device("cuda"))
+        8192
+    """
     if device.type != "cpu":
         return chunk_size
     cache_sized = max(_CPU_MIN_CHUNK_ITEMS, _CPU_BLOCK_SCORES // max(1, scores_per_item))
@@ -86,7 +91,7 @@ class _ChunkedLogSumExp(torch.autograd.Function):
     @staticmethod
     def forward(ctx: FunctionCtx, query: Tensor, item_emb: Tensor, chunk_size: int) -> Tensor:
         num_items = item_emb.shape[0] - 1
-        chunk_size = _items_per_chunk(chunk_size, query.shape[0], query.device)
+        chunk_size = items_per_chunk(chunk_size, query.shape[0], query.device)
         lse = query.new_full((query.shape[0],), float("-inf"))
         with torch.autocast(query.device.type, enabled=False):
             for start in _item_chunks(num_items, chunk_size):
@@ -189,7 +194,7 @@ def head_logsumexp(
     _check_chunk_size(chunk_size)
     dtype = compute_dtype(queries, item_emb)
     queries = as_components(queries).to(dtype)
-    step = _items_per_chunk(
+    step = items_per_chunk(
         max(1, chunk_size // queries.shape[1]), queries.shape[0] * queries.shape[1], queries.device
     )
     parts = []
