@@ -27,7 +27,7 @@ from recsys_midx.lit.checkpointing import RESUME_AUTO
 from recsys_midx.lit.xc import XCModule
 from recsys_midx.metrics.ranking import metric_names
 from recsys_midx.metrics.xc import xc_metric_names
-from recsys_midx.threads import processes_per_machine
+from recsys_midx.app.threads import processes_per_machine
 
 #: Valid values of the MIDX sampler's enumerated settings (``recsys_midx.samplers.MIDXSampler``).
 MIDX_CHOICES: dict[str, tuple[str, ...]] = {

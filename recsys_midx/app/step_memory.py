@@ -94,12 +94,14 @@ def estimate_step_memory(cfg: DictConfig, device: torch.device | None = None) ->
         ``sampler.num_negatives``).
 
     Example:
-        >>> cfg = compose("config", overrides=["sampler=uniform", "sampler.num_negatives=3000",
-        ...                                    "task.datamodule.train_samples=windows",
-        ...                                    "model.max_len=200"])
-        >>> estimate = estimate_step_memory(cfg)
-        >>> estimate.queries, estimate.rows == 512 * 200 * 3001, round(estimate.bytes / 2**30)
-        (102400, True, 151)
+        ```python
+        cfg = compose("config", overrides=["sampler=uniform", "sampler.num_negatives=3000",
+                                           "task.datamodule.train_samples=windows",
+                                           "model.max_len=200"])
+        estimate = estimate_step_memory(cfg)
+        estimate.queries, estimate.rows == 512 * 200 * 3001, round(estimate.bytes / 2**30)
+        # (102400, True, 151)
+        ```
     """
     if not issubclass(get_class(cfg.loss._target_), CatalogSoftmax):
         return None
@@ -173,8 +175,10 @@ def training_device(cfg: DictConfig) -> torch.device | None:
         the first rank has checked and reading the first device would open a context on it.
 
     Example:
-        >>> training_device(compose("config", overrides=["trainer=cpu"]))
-        device(type='cpu')
+        ```python
+        training_device(compose("config", overrides=["trainer=cpu"]))
+        # device(type='cpu')
+        ```
     """
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return None
