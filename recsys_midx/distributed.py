@@ -53,8 +53,9 @@ def eval_sampler(dataset: Sized) -> UnrepeatedDistributedSampler | None:
         raise ValueError(
             f"cannot split an evaluation set of {len(dataset)} examples over {size} processes"
         )
-    return UnrepeatedDistributedSampler(dataset, num_replicas=size, rank=dist.get_rank(),
-                                        shuffle=False)
+    return UnrepeatedDistributedSampler(
+        dataset, num_replicas=size, rank=dist.get_rank(), shuffle=False
+    )
 
 
 @torch.no_grad()

@@ -146,9 +146,14 @@ def trained_model_queries(run_dir: Path, num_queries: int) -> tuple[ItemTableTop
 
 def train_default_model(run_dir: Path) -> None:
     """Train the default seqrec model on last-window samples for three epochs into ``run_dir``."""
-    command = [sys.executable, "train.py", "trainer.max_epochs=3",
-               "task.datamodule.train_samples=last_window", "task.datamodule.batch_size=128",
-               f"hydra.run.dir={run_dir}"]
+    command = [
+        sys.executable,
+        "train.py",
+        "trainer.max_epochs=3",
+        "task.datamodule.train_samples=last_window",
+        "task.datamodule.batch_size=128",
+        f"hydra.run.dir={run_dir}",
+    ]
     print("training:", " ".join(command), flush=True)
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
@@ -197,13 +202,17 @@ def main() -> None:
         rows.append(measure(name, head, Z, args.eps, device_g))
 
     print(f"\neps={args.eps}, delta={args.delta}, k=1, {args.threads} thread(s), {device}\n")
-    print("| workload | variance_scale | products / n·d | saving | adaptive s/query "
-          "| exact s/query | exact batched s/query | success |")
+    print(
+        "| workload | variance_scale | products / n·d | saving | adaptive s/query "
+        "| exact s/query | exact batched s/query | success |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r.workload} | {r.variance_scale:g} | {r.fraction:.3f} | {1 / r.fraction:.1f}x "
-              f"| {r.adaptive_s:.4f} | {r.exact_s:.4f} | {r.batched_s:.5f} "
-              f"| {r.successes}/{r.queries} ({r.successes / r.queries:.1%}) |")
+        print(
+            f"| {r.workload} | {r.variance_scale:g} | {r.fraction:.3f} | {1 / r.fraction:.1f}x "
+            f"| {r.adaptive_s:.4f} | {r.exact_s:.4f} | {r.batched_s:.5f} "
+            f"| {r.successes}/{r.queries} ({r.successes / r.queries:.1%}) |"
+        )
 
 
 if __name__ == "__main__":

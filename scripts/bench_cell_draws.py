@@ -45,8 +45,10 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     num_items = int(args.size)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; N={num_items}, "
-          f"D={args.dim}, Q={args.queries}; ms per sample() call\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; N={num_items}, "
+        f"D={args.dim}, Q={args.queries}; ms per sample() call\n"
+    )
     print("| spread | K | cells | M | table ms | two stages ms | table / two stages | auto picks |")
     print("|---:|---:|---:|---:|---:|---:|---:|---|")
     for spread in args.spreads:
@@ -58,17 +60,23 @@ def main() -> None:
             two.load_state_dict(table.state_dict())
             for num_samples in args.negatives:
                 seconds = [
-                    best_seconds(lambda s=sampler: s.sample(catalog.queries, num_samples),
-                                 args.repeats, _CPU)
+                    best_seconds(
+                        lambda s=sampler, c=catalog, m=num_samples: s.sample(c.queries, m),
+                        args.repeats,
+                        _CPU,
+                    )
                     for sampler in (table, two)
                 ]
                 ratio = seconds[0] / seconds[1]
                 picks_two = two_stages_are_cheaper(num_codewords, num_samples, table.num_cells)
                 slower = ratio > 1.1 if not picks_two else ratio < 1 / 1.1
                 pick = ("two stages" if picks_two else "table") + (" (slower)" if slower else "")
-                print(f"| {spread} | {num_codewords} | {table.num_cells} | {num_samples} "
-                      f"| {seconds[0] * 1e3:.1f} | {seconds[1] * 1e3:.1f} | {ratio:.2f} "
-                      f"| {pick} |", flush=True)
+                print(
+                    f"| {spread} | {num_codewords} | {table.num_cells} | {num_samples} "
+                    f"| {seconds[0] * 1e3:.1f} | {seconds[1] * 1e3:.1f} | {ratio:.2f} "
+                    f"| {pick} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,10 @@ def run(name: str, overrides: list[str], args: argparse.Namespace, out_dir: Path
     """Train one contender in its own process; its ``results.json`` (or the error)."""
     run_dir = out_dir / name
     command = [
-        sys.executable, "train.py", *CONTENDERS[name], *overrides,
+        sys.executable,
+        "train.py",
+        *CONTENDERS[name],
+        *overrides,
         f"sampler.num_negatives={args.negatives}",
         f"loss.num_clusters={args.clusters}" if name.startswith("edrep") else None,
         # Lightning's "DD:HH:MM:SS" form (a Hydra dict would reach it as a DictConfig).
@@ -54,8 +57,9 @@ def run(name: str, overrides: list[str], args: argparse.Namespace, out_dir: Path
     ]
     if name == "full":  # the exact loss draws no negatives
         command.remove(f"sampler.num_negatives={args.negatives}")
-    done = subprocess.run([c for c in command if c], cwd=ROOT, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        [c for c in command if c], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     if done.returncode:
         return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads((run_dir / "results.json").read_text())
@@ -65,8 +69,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
     parser.add_argument("--seconds", type=int, default=60, help="training budget per run")
-    parser.add_argument("--contenders", nargs="+", choices=sorted(CONTENDERS),
-                        default=list(CONTENDERS))
+    parser.add_argument(
+        "--contenders", nargs="+", choices=sorted(CONTENDERS), default=list(CONTENDERS)
+    )
     parser.add_argument("--negatives", type=int, default=32)
     parser.add_argument("--clusters", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
@@ -74,17 +79,24 @@ def main() -> None:
     args = parser.parse_args()
     out_dir = args.out or Path(tempfile.mkdtemp(prefix="bench_edrep_"))
 
-    print(f"{args.seconds} s of training per run, {args.negatives} negatives for the sampled "
-          f"softmax, {args.clusters} EDRep clusters, seed {args.seed}; overrides: "
-          f"{' '.join(args.overrides) or '(none)'}\n")
+    print(
+        f"{args.seconds} s of training per run, {args.negatives} negatives for the sampled "
+        f"softmax, {args.clusters} EDRep clusters, seed {args.seed}; overrides: "
+        f"{' '.join(args.overrides) or '(none)'}\n"
+    )
     results = {name: run(name, args.overrides, args, out_dir) for name in args.contenders}
-    curves = {name: [row["val/ndcg@10"] for row in _epochs(out_dir / name)]
-              for name, result in results.items() if "error" not in result}
+    curves = {
+        name: [row["val/ndcg@10"] for row in _epochs(out_dir / name)]
+        for name, result in results.items()
+        if "error" not in result
+    }
     # Validation NDCG@10 after the same number of epochs for all: progress per epoch, which a
     # busy machine (slower epochs for some runs) does not distort.
     common = min((len(curve) for curve in curves.values()), default=0)
-    print(f"| objective | test NDCG@10 | test HR@10 | epochs | s/epoch | val NDCG@10 after "
-          f"{common} epochs |")
+    print(
+        f"| objective | test NDCG@10 | test HR@10 | epochs | s/epoch | val NDCG@10 after "
+        f"{common} epochs |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for name, result in results.items():
         if "error" in result:
@@ -92,8 +104,10 @@ def main() -> None:
             continue
         metrics = result["metrics"]
         at_common = f"{curves[name][common - 1]:.4f}" if common else "-"
-        print(f"| {name} | {metrics['test/ndcg@10']:.4f} | {metrics['test/hr@10']:.4f} | "
-              f"{result['epochs_run']} | {result['seconds_per_epoch']:.2f} | {at_common} |")
+        print(
+            f"| {name} | {metrics['test/ndcg@10']:.4f} | {metrics['test/hr@10']:.4f} | "
+            f"{result['epochs_run']} | {result['seconds_per_epoch']:.2f} | {at_common} |"
+        )
 
 
 def _epochs(run_dir: Path) -> list[dict[str, float]]:

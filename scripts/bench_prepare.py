@@ -48,8 +48,9 @@ def write_ratings(path: Path, rows: int, seed: int = 0) -> int:
     # Every ml-20m user has >= 20 ratings; the excess is heavy-tailed (mean ~144 in total).
     excess = rng.pareto(1.5, users)
     lengths = 20 + np.floor(excess / excess.sum() * max(rows - 20 * users, 0)).astype(np.int64)
-    movie_ids = np.sort(rng.choice(np.arange(1, ML20M_MAX_MOVIE_ID + 1), ML20M_MOVIES,
-                                   replace=False))
+    movie_ids = np.sort(
+        rng.choice(np.arange(1, ML20M_MAX_MOVIE_ID + 1), ML20M_MOVIES, replace=False)
+    )
     popularity = 1.0 / np.arange(1, ML20M_MOVIES + 1) ** 0.9
     popularity = rng.permutation(popularity / popularity.sum())
     # Popular movies repeat within a user: draw more than needed, keep one rating per (user,
@@ -61,13 +62,15 @@ def write_ratings(path: Path, rows: int, seed: int = 0) -> int:
         key = key[np.sort(rng.choice(len(key), rows, replace=False))]
     user, movie = key // (ML20M_MAX_MOVIE_ID + 1), key % (ML20M_MAX_MOVIE_ID + 1)
     n = len(key)
-    table = pa.table({
-        "userId": user,
-        "movieId": movie,
-        # Half stars written as ml-20m writes them ("3.5", "4.0").
-        "rating": pa.array(np.char.mod("%.1f", rng.integers(1, 11, n) / 2.0)),
-        "timestamp": rng.integers(_START, _END, n),
-    })
+    table = pa.table(
+        {
+            "userId": user,
+            "movieId": movie,
+            # Half stars written as ml-20m writes them ("3.5", "4.0").
+            "rating": pa.array(np.char.mod("%.1f", rng.integers(1, 11, n) / 2.0)),
+            "timestamp": rng.integers(_START, _END, n),
+        }
+    )
     pacsv.write_csv(table, path, pacsv.WriteOptions(quoting_style="none"))
     return n
 
@@ -82,15 +85,19 @@ def write_amazon_books(path: Path, rows: int, seed: int = 0) -> int:
     item = np.sort(_long_tailed(rng, items, rows))
     user = _long_tailed(rng, users, rows)
     reviewer = pc.binary_join_element_wise(
-        "A", pc.utf8_lpad(pa.array(user).cast(pa.string()), 13, "0"), "")
+        "A", pc.utf8_lpad(pa.array(user).cast(pa.string()), 13, "0"), ""
+    )
     # Books are ISBN-like (leading zeros); a few items are "B0..." ASINs.
     isbn = pc.utf8_lpad(pa.array(item).cast(pa.string()), 10, "0")
     asin = pc.if_else(pa.array(item % 10 == 0), pc.binary_join_element_wise("B", isbn, ""), isbn)
-    table = pa.table({
-        "user": reviewer, "item": asin,
-        "rating": pa.array(np.char.mod("%.1f", rng.integers(1, 6, rows).astype(float))),
-        "timestamp": rng.integers(_START, _END, rows),
-    })
+    table = pa.table(
+        {
+            "user": reviewer,
+            "item": asin,
+            "rating": pa.array(np.char.mod("%.1f", rng.integers(1, 6, rows).astype(float))),
+            "timestamp": rng.integers(_START, _END, rows),
+        }
+    )
     pacsv.write_csv(table, path, pacsv.WriteOptions(include_header=False, quoting_style="none"))
     return rows
 
@@ -137,9 +144,14 @@ def prepare(folder: Path, shape: str) -> dict[str, float]:
     seconds = time.perf_counter() - start
     peak = _peak_rss()
     stats = dataset.stats
-    return {"seconds": seconds, "peak_rss": peak, "raw_rows": stats["rows_after_step"]["input"],
-            "users": stats["users"], "items": stats["items"],
-            "interactions": stats["interactions"]}
+    return {
+        "seconds": seconds,
+        "peak_rss": peak,
+        "raw_rows": stats["rows_after_step"]["input"],
+        "users": stats["users"],
+        "items": stats["items"],
+        "interactions": stats["interactions"],
+    }
 
 
 def main() -> None:
@@ -159,20 +171,25 @@ def main() -> None:
         start = time.perf_counter()
         rows = write(folder / file_name, args.rows or default_rows)
         size_mb = (folder / file_name).stat().st_size / 2**20
-        print(f"wrote {rows:,} rows ({size_mb:,.0f} MiB) in {time.perf_counter() - start:.1f} s",
-              flush=True)
+        print(
+            f"wrote {rows:,} rows ({size_mb:,.0f} MiB) in {time.perf_counter() - start:.1f} s",
+            flush=True,
+        )
         for run in range(args.repeat):
             # A fresh process per run: its peak RSS is the preparation's alone.
             child = subprocess.run(
                 [sys.executable, __file__, "--shape", args.shape, "--prepare-only", str(folder)],
-                stdout=subprocess.PIPE, text=True, check=True,
+                stdout=subprocess.PIPE,
+                text=True,
+                check=True,
             )
             result = json.loads(child.stdout)
             print(
                 f"run {run + 1}: {result['seconds']:.1f} s, peak RSS "
                 f"{result['peak_rss'] / 2**30:.2f} GiB; {result['raw_rows']:,} rows -> "
                 f"{result['users']:,} users, {result['items']:,} items, "
-                f"{result['interactions']:,} interactions", flush=True,
+                f"{result['interactions']:,} interactions",
+                flush=True,
             )
             shutil.rmtree(folder / "data")
 

@@ -248,8 +248,12 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="default: torch's default")
-    parser.add_argument("--device", type=torch.device, default=torch.device("cpu"),
-                        help="where items, queries and samplers live (cpu, cuda)")
+    parser.add_argument(
+        "--device",
+        type=torch.device,
+        default=torch.device("cpu"),
+        help="where items, queries and samplers live (cpu, cuda)",
+    )
     return parser.parse_args()
 
 
@@ -257,9 +261,7 @@ def main() -> None:
     args = parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    factories = sampler_factories(
-        args.negatives, args.codewords, args.cell_draws, args.exact_tops
-    )
+    factories = sampler_factories(args.negatives, args.codewords, args.cell_draws, args.exact_tops)
     # "midx" selects all of its --cell-draws rows ("midx (table)", ...).
     bases = {label: label.split(" (")[0] for label in factories}
     wanted = set(args.samplers or bases.values())
@@ -270,17 +272,17 @@ def main() -> None:
         )
     names = [label for label, base in bases.items() if base in wanted]
     sizes = [int(n) for n in args.sizes]
-    where = (torch.cuda.get_device_name(args.device) if args.device.type == "cuda"
-             else f"{torch.get_num_threads()} threads")
+    where = (
+        torch.cuda.get_device_name(args.device)
+        if args.device.type == "cuda"
+        else f"{torch.get_num_threads()} threads"
+    )
     print(
         f"torch {torch.__version__}, {where}; D={args.dim}, "
         f"K={args.codewords}, Q={args.queries}, M={args.negatives}, "
         f"KL on {args.kl_queries} queries\n"
     )
-    print(
-        "| sampler | N | build s | refresh s | samples/s | KL(p‖q) nats | ESS/draw "
-        "| peak MiB |"
-    )
+    print("| sampler | N | build s | refresh s | samples/s | KL(p‖q) nats | ESS/draw | peak MiB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     largest = None
     for num_items in sizes:
@@ -306,8 +308,10 @@ def main() -> None:
                 f"| {row['rate']:.2e}{queries_note} | {kl:.3f} | {row['ess']:.4f} "
                 f"| {row['peak']:.0f} |"
             )
-        print(f"<!-- N={num_items:.0e}: max |z.v| = {max_logit:.1f}, "
-              f"softmax perplexity = {perplexity:.0f} items -->")
+        print(
+            f"<!-- N={num_items:.0e}: max |z.v| = {max_logit:.1f}, "
+            f"softmax perplexity = {perplexity:.0f} items -->"
+        )
 
     peak_names = [n for n in names if n.startswith("midx") and not n.startswith("midx_exact")]
     if largest is None or not peak_names:
@@ -326,7 +330,7 @@ def main() -> None:
         sampler = factories[name](sizes[-1])
         sampler.update(largest.items, largest.counts)
         with peak_memory_growth(args.device) as peak:
-            seconds = timed(lambda: sampler.sample(queries, args.peak_negatives), args.device)
+            seconds = timed(lambda s=sampler: s.sample(queries, args.peak_negatives), args.device)
         print(f"| {name} | {peak[0]:.0f} | {seconds:.2f} |")
 
 

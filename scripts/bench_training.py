@@ -102,8 +102,9 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     device = torch.device(args.device)
     split = _split(num_items, args.users, args.seed)
     model = SASRec(num_items, dim=args.dim, max_len=args.max_len).to(device)
-    sampler, loss_fn = _sampler_and_loss(sampler_name, num_items, args.negatives,
-                                         args.shared_negatives)
+    sampler, loss_fn = _sampler_and_loss(
+        sampler_name, num_items, args.negatives, args.shared_negatives
+    )
     head = DotHead()
     sampler = sampler.to(device)
     # As recsys_midx/conf/task/seqrec.yaml.
@@ -118,8 +119,9 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
         else:
             queries = model(batch["inputs"])
         is_query = _query_mask(batch)
-        loss = loss_fn(head(queries[is_query]), batch["targets"][is_query], model.item_table,
-                       sampler)
+        loss = loss_fn(
+            head(queries[is_query]), batch["targets"][is_query], model.item_table, sampler
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -130,14 +132,17 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     for step in range(args.steps + 1):
         batch = samples.batch(rng.choice(len(samples), args.batch_size))
         batch = {key: value.to(device) for key, value in batch.items()}
-        seconds = timed(lambda: train_step(batch), device)
+        seconds = timed(lambda b=batch: train_step(b), device)
         if step:  # the first step warms up allocators and kernels
             step_seconds.append(seconds)
     return {
         "step_seconds": float(np.median(step_seconds)),
         "build_seconds": build_seconds,
-        "peak_mb": (torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda"
-                    else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "peak_mb": (
+            torch.cuda.max_memory_allocated(device) / 2**20
+            if device.type == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        ),
     }
 
 
@@ -154,10 +159,16 @@ def _rss_mb(pid: int) -> float:
 def _run_isolated(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict:
     """Measure one (sampler, N) in a child process, stopped past the memory limit or timeout."""
     command = [
-        sys.executable, __file__, "--single", sampler_name, str(num_items),
-        *[f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}")
-          for k, v in vars(args).items()
-          if k not in ("sizes", "samplers", "single") and v is not False],
+        sys.executable,
+        __file__,
+        "--single",
+        sampler_name,
+        str(num_items),
+        *[
+            f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}")
+            for k, v in vars(args).items()
+            if k not in ("sizes", "samplers", "single") and v is not False
+        ],
     ]
     limit_mb = args.memory_limit_gib * 1024
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -207,9 +218,13 @@ def largest_fitting(points: list[tuple[int, float]], limit_mb: float) -> float |
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", nargs="+", type=float, default=[1e4, 1e5, 1e6])
-    parser.add_argument("--samplers", nargs="+", type=parse_sampler,
-                        default=["full", "uniform", "midx"],
-                        help=f"{', '.join(sorted(SAMPLERS))} or midx+topT (exact top cells)")
+    parser.add_argument(
+        "--samplers",
+        nargs="+",
+        type=parse_sampler,
+        default=["full", "uniform", "midx"],
+        help=f"{', '.join(sorted(SAMPLERS))} or midx+topT (exact top cells)",
+    )
     parser.add_argument("--users", type=int, default=5000)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--max-len", type=int, default=50)
@@ -217,14 +232,29 @@ def main() -> None:
     parser.add_argument("--negatives", type=int, default=100)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--memory-limit-gib", type=float, default=20.0,
-                        help="stop a run whose resident memory passes this")
-    parser.add_argument("--timeout", type=float, default=1800.0,
-                        help="stop a run that takes longer than this many seconds")
-    parser.add_argument("--shared-negatives", action="store_true",
-                        help="one set of negatives per batch (loss.shared_negatives=true)")
-    parser.add_argument("--train-samples", choices=SAMPLE_KINDS, default="last_window",
-                        help="how batches are built (task.datamodule.train_samples)")
+    parser.add_argument(
+        "--memory-limit-gib",
+        type=float,
+        default=20.0,
+        help="stop a run whose resident memory passes this",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        help="stop a run that takes longer than this many seconds",
+    )
+    parser.add_argument(
+        "--shared-negatives",
+        action="store_true",
+        help="one set of negatives per batch (loss.shared_negatives=true)",
+    )
+    parser.add_argument(
+        "--train-samples",
+        choices=SAMPLE_KINDS,
+        default="last_window",
+        help="how batches are built (task.datamodule.train_samples)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--single", nargs=2, metavar=("SAMPLER", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -233,15 +263,22 @@ def main() -> None:
         return
 
     on_gpu = args.device.startswith("cuda")
-    where = torch.cuda.get_device_name(args.device) if on_gpu else (
-        f"{torch.get_num_threads()} threads")
+    where = (
+        torch.cuda.get_device_name(args.device)
+        if on_gpu
+        else (f"{torch.get_num_threads()} threads")
+    )
     shared = ", shared by the batch" if args.shared_negatives else ""
-    print(f"SASRec D={args.dim}, batch {args.batch_size} {args.train_samples} samples x max_len "
-          f"{args.max_len}, {args.negatives} negatives{shared}, {where}, median of {args.steps} "
-          "steps, memory limit "
-          f"{args.memory_limit_gib:g} GiB\n")
-    print("| N | sampler | s/step | speed-up over full | time / uniform's | index build s "
-          f"| peak {'CUDA' if on_gpu else 'RSS'} MB |")
+    print(
+        f"SASRec D={args.dim}, batch {args.batch_size} {args.train_samples} samples x max_len "
+        f"{args.max_len}, {args.negatives} negatives{shared}, {where}, median of {args.steps} "
+        "steps, memory limit "
+        f"{args.memory_limit_gib:g} GiB\n"
+    )
+    print(
+        "| N | sampler | s/step | speed-up over full | time / uniform's | index build s "
+        f"| peak {'CUDA' if on_gpu else 'RSS'} MB |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|")
     memory: dict[str, list[tuple[int, float]]] = {name: [] for name in args.samplers}
     for size in args.sizes:
@@ -255,15 +292,19 @@ def main() -> None:
             full, uniform = (rows.get(ref, {}).get("step_seconds") for ref in ("full", "uniform"))
             speedup = f"{full / row['step_seconds']:.1f}x" if full else "-"
             relative = f"{row['step_seconds'] / uniform:.2f}x" if uniform else "-"
-            print(f"| {num_items:.0e} | {name} | {row['step_seconds']:.3f} | {speedup} | "
-                  f"{relative} | {row['build_seconds']:.2f} | {row['peak_mb']:.0f} |",
-                  flush=True)
+            print(
+                f"| {num_items:.0e} | {name} | {row['step_seconds']:.3f} | {speedup} | "
+                f"{relative} | {row['build_seconds']:.2f} | {row['peak_mb']:.0f} |",
+                flush=True,
+            )
     print()
     for name, points in memory.items():
         largest = largest_fitting(points, args.memory_limit_gib * 1024)
         if largest is not None:
-            print(f"{name}: peak memory grows linearly with N; about {largest:.2e} items fit in "
-                  f"{args.memory_limit_gib:g} GiB (extrapolated from {len(points)} sizes)")
+            print(
+                f"{name}: peak memory grows linearly with N; about {largest:.2e} items fit in "
+                f"{args.memory_limit_gib:g} GiB (extrapolated from {len(points)} sizes)"
+            )
 
 
 if __name__ == "__main__":

@@ -31,12 +31,20 @@ SAMPLERS = ("full", "uniform", "popularity", "midx", "midx_plain", "midx_rq")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS),
-                        help=f"any of {', '.join(SAMPLERS)}, each optionally NAME:EPOCHS")
+    parser.add_argument(
+        "--samplers",
+        nargs="+",
+        default=list(SAMPLERS),
+        help=f"any of {', '.join(SAMPLERS)}, each optionally NAME:EPOCHS",
+    )
     parser.add_argument("--labels", type=int, default=100_000)
     parser.add_argument("--features", type=int, default=50_000)
-    parser.add_argument("--train", type=int, default=50_000, help="training points (10%% "
-                        "are held out for validation)")
+    parser.add_argument(
+        "--train",
+        type=int,
+        default=50_000,
+        help="training points (10%% are held out for validation)",
+    )
     parser.add_argument("--test", type=int, default=10_000)
     parser.add_argument("--topics", type=int, default=200)
     parser.add_argument("--dim", type=int, default=64)
@@ -45,11 +53,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads per run (1 keeps timings stable on a shared CPU)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads per run (1 keeps timings stable on a shared CPU)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench_xc")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="data root (default: the config's paths.data_dir)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="data root (default: the config's paths.data_dir)",
+    )
     return parser.parse_args(argv)
 
 
@@ -109,8 +125,11 @@ def run(args: argparse.Namespace, sampler: str, epochs: int, folder: Path) -> di
 def summarise(name: str, sampler: str, results: dict[str, Any]) -> dict[str, Any]:
     """The table row of one run."""
     refresh = results["sampler"]
-    refresh_per_epoch = (refresh["refreshes"] * (refresh["refresh_seconds_mean"] or 0.0)
-                         / max(results["epochs_run"], 1))
+    refresh_per_epoch = (
+        refresh["refreshes"]
+        * (refresh["refresh_seconds_mean"] or 0.0)
+        / max(results["epochs_run"], 1)
+    )
     metrics = results["metrics"]
     return {
         "run": name,
@@ -132,8 +151,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     """The comparison table, with P@1 and speed relative to ``full`` when it ran."""
     full = next((row for row in rows if row["sampler"] == "full"), None)
     lines = [
-        "| run | test P@1 | test P@5 | test PSP@5 | P@1 / full | s/epoch | speed-up | "
-        "best epoch |",
+        "| run | test P@1 | test P@5 | test PSP@5 | P@1 / full | s/epoch | speed-up | best epoch |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
@@ -156,8 +174,11 @@ def main(argv: list[str] | None = None) -> None:
         name = run_name(sampler, epochs, args.epochs)
         results = run(args, sampler, epochs, args.out / name)
         rows.append(summarise(name, sampler, results))
-        print(f"{name}: test P@1 {rows[-1]['test_p@1']:.4f}, {rows[-1]['epoch_s']:.1f} s/epoch "
-              f"({results['process_seconds']:.0f} s in all)", flush=True)
+        print(
+            f"{name}: test P@1 {rows[-1]['test_p@1']:.4f}, {rows[-1]['epoch_s']:.1f} s/epoch "
+            f"({results['process_seconds']:.0f} s in all)",
+            flush=True,
+        )
     table = markdown(rows)
     print(table)
     (args.out / "summary.md").write_text(table + "\n")

@@ -51,10 +51,14 @@ def configurations() -> dict[str, list[str]]:
     and the costliest runs (per-query draws, the kernel sampler) last."""
     runs = {"full": ["sampler=full"], "midx": ["sampler=midx"]}
     runs[f"midx-{CHALLENGER_NEGATIVES}"] = [
-        "sampler=midx", f"sampler.num_negatives={CHALLENGER_NEGATIVES}"]
+        "sampler=midx",
+        f"sampler.num_negatives={CHALLENGER_NEGATIVES}",
+    ]
     for negatives in MIDX_NEGATIVES:
         runs[f"midx_plain-{negatives}"] = [
-            "sampler=midx_plain", f"sampler.num_negatives={negatives}"]
+            "sampler=midx_plain",
+            f"sampler.num_negatives={negatives}",
+        ]
     for name in ("sir", "dns", "lsh", "inbatch"):
         runs[name] = [f"sampler={name}", f"sampler.num_negatives={CHALLENGER_NEGATIVES}"]
     for name in ("sir", "dns"):  # their uniform pool, twice the negatives kept from it
@@ -63,12 +67,17 @@ def configurations() -> dict[str, list[str]]:
         for negatives in FIXED_NEGATIVES:
             for family in ("uniform", "popularity"):
                 label = f"{family}-{negatives}" + ("-shared" if shared else "")
-                runs[label] = [f"sampler={family}", f"sampler.num_negatives={negatives}",
-                               f"loss.shared_negatives={str(shared).lower()}"]
+                runs[label] = [
+                    f"sampler={family}",
+                    f"sampler.num_negatives={negatives}",
+                    f"loss.shared_negatives={str(shared).lower()}",
+                ]
     for name in ("midx", "midx_plain"):
         runs[f"{name}-{SHARED_MIDX_NEGATIVES}-shared"] = [
-            f"sampler={name}", f"sampler.num_negatives={SHARED_MIDX_NEGATIVES}",
-            "loss.shared_negatives=true"]
+            f"sampler={name}",
+            f"sampler.num_negatives={SHARED_MIDX_NEGATIVES}",
+            "loss.shared_negatives=true",
+        ]
     # Last: the kernel sampler scores a block of items per draw, the costliest epoch of the
     # sweep (docs/results.md has the times).
     runs["kernel"] = ["sampler=kernel", f"sampler.num_negatives={CHALLENGER_NEGATIVES}"]
@@ -78,22 +87,30 @@ def configurations() -> dict[str, list[str]]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=sorted(EXPERIMENTS), required=True)
-    parser.add_argument("--only", nargs="+", metavar="LABEL",
-                        help="train only these runs (default: all); the report covers every "
-                             "finished run of the task")
-    parser.add_argument("--max-minutes", type=int, default=60,
-                        help="training time limit per run (default 60)")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="CPU threads of each run (runs go one at a time)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="LABEL",
+        help="train only these runs (default: all); the report covers every "
+        "finished run of the task",
+    )
+    parser.add_argument(
+        "--max-minutes", type=int, default=60, help="training time limit per run (default 60)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=2, help="CPU threads of each run (runs go one at a time)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=ROOT / "multirun" / "frontier")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the training commands and exit")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the training commands and exit"
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.only or ()) - set(configurations()))
     if unknown:
-        parser.error(f"--only: unknown runs {', '.join(unknown)}; "
-                     f"choose from {', '.join(configurations())}")
+        parser.error(
+            f"--only: unknown runs {', '.join(unknown)}; choose from {', '.join(configurations())}"
+        )
     if args.max_minutes < 1:
         parser.error(f"--max-minutes must be >= 1, got {args.max_minutes}")
     return args
@@ -103,9 +120,13 @@ def command(args: argparse.Namespace, label: str, overrides: list[str]) -> list[
     """The ``train.py`` command of one run."""
     hours, minutes = divmod(args.max_minutes, 60)
     return [
-        sys.executable, str(ROOT / "train.py"),
-        f"experiment={EXPERIMENTS[args.task]}", *overrides,
-        f"seed={args.seed}", f"threads={args.threads}", "resume=auto",
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"experiment={EXPERIMENTS[args.task]}",
+        *overrides,
+        f"seed={args.seed}",
+        f"threads={args.threads}",
+        "resume=auto",
         f"+trainer.max_time=00:{hours:02d}:{minutes:02d}:00",
         "callbacks.progress_bar.refresh_rate=0",
         f"hydra.run.dir={args.out / args.task / label}",
@@ -114,8 +135,11 @@ def command(args: argparse.Namespace, label: str, overrides: list[str]) -> list[
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    chosen = {label: overrides for label, overrides in configurations().items()
-              if args.only is None or label in args.only}
+    chosen = {
+        label: overrides
+        for label, overrides in configurations().items()
+        if args.only is None or label in args.only
+    }
     task_dir = args.out / args.task
     failed = []
     for label, overrides in chosen.items():

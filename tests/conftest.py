@@ -50,8 +50,12 @@ def run_train(
         The finished process (``returncode``, ``stdout``, ``stderr``).
     """
     return subprocess.run(
-        [sys.executable, "train.py", *overrides], cwd=ROOT, capture_output=True, text=True,
-        timeout=timeout, env={**os.environ, **(env or {})},
+        [sys.executable, "train.py", *overrides],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
 
 

@@ -7,7 +7,8 @@ from scipy import stats
 
 
 def chi_square_pvalue(ids: torch.Tensor, probs: torch.Tensor, min_expected: float = 5.0) -> float:
-    """p-value of draws ``ids`` ``[Q, n]`` (ids ``1..N``) against ``probs`` ``[Q, N]`` (q of ``1..N``).
+    """p-value of draws ``ids`` ``[Q, n]`` (ids ``1..N``) against ``probs`` ``[Q, N]`` (q of
+    ``1..N``).
 
     Bins are (query, item), so a query-independent sampler can pass ``[1, n]`` and ``[1, N]``.
     Rows of ``probs`` are normalised here; bins expecting fewer than ``min_expected`` draws are

@@ -25,7 +25,11 @@ class PauseBeforeStep(L.Callback):
         self.marker = Path(marker)
 
     def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int,
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        batch: Any,
+        batch_idx: int,
     ) -> None:
         if trainer.global_step == self.step:
             self.marker.touch()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import CONF_DIR, ROOT, TINY_RUN, sampler_overrides
 from omegaconf import OmegaConf
 
-from conftest import CONF_DIR, ROOT, TINY_RUN, sampler_overrides
 from recsys_midx.analysis import (
     jacobian_spectrum,
     log_prob_matrix,
@@ -43,8 +43,10 @@ def _ranks(head: Head, seed: int) -> tuple[int, int]:
     """Numerical ranks of the raw and the centred log-probability matrix."""
     contexts, item_emb, ids = _instance(seed)
     matrix = log_prob_matrix(head, contexts, item_emb, ids)
-    return (numerical_rank(singular_values(matrix, center=False)),
-            numerical_rank(singular_values(matrix)))
+    return (
+        numerical_rank(singular_values(matrix, center=False)),
+        numerical_rank(singular_values(matrix)),
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -61,8 +63,11 @@ def test_plain_softmax_is_bound_to_rank_d_plus_one(seed: int) -> None:
 @pytest.mark.parametrize("name", ["sigsoftmax", "plif", "mos"])
 def test_nonlinear_heads_break_the_bottleneck(name: str, seed: int) -> None:
     torch.manual_seed(seed)
-    head = {"sigsoftmax": SigSoftmaxHead(), "plif": _plif(seed),
-            "mos": MoSHead(DIM, num_components=3)}[name]
+    head = {
+        "sigsoftmax": SigSoftmaxHead(),
+        "plif": _plif(seed),
+        "mos": MoSHead(DIM, num_components=3),
+    }[name]
     raw, centred = _ranks(head, seed)
     assert raw > DIM + 1 and centred > DIM + 1
 
@@ -90,18 +95,23 @@ def test_jacobian_spectrum_matches_autograd_jacobians(name: str) -> None:
     contexts, item_emb, ids = _instance(2)
     contexts, ids = contexts[:4], ids[:10]
     values = jacobian_spectrum(head, contexts, item_emb, ids)
-    expected = torch.stack([
-        torch.linalg.svdvals(torch.autograd.functional.jacobian(
-            lambda h: log_probs(head, h[None], item_emb, ids, chunk_size=7)[0],
-            context).double())
-        for context in contexts
-    ]).mean(0)
+    expected = torch.stack(
+        [
+            torch.linalg.svdvals(
+                torch.autograd.functional.jacobian(
+                    lambda h: log_probs(head, h[None], item_emb, ids, chunk_size=7)[0], context
+                ).double()
+            )
+            for context in contexts
+        ]
+    ).mean(0)
     torch.testing.assert_close(values, expected, rtol=1e-4, atol=1e-6)
 
 
 def _report_script():
     spec = importlib.util.spec_from_file_location(
-        "bottleneck_report", ROOT / "scripts" / "bottleneck_report.py")
+        "bottleneck_report", ROOT / "scripts" / "bottleneck_report.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -115,20 +125,38 @@ def test_report_compares_heads_of_trained_runs(tmp_path: Path) -> None:
     for head in ("dot", "mos"):
         run_dir = tmp_path / head
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=[
-                f"paths.output_dir={run_dir}", f"paths.data_dir={tmp_path / 'data'}",
-                *TINY_RUN, *sampler_overrides("uniform"), "trainer.max_epochs=1",
-                "logger=none", f"head={head}",
-            ])
+            cfg = compose(
+                "config",
+                overrides=[
+                    f"paths.output_dir={run_dir}",
+                    f"paths.data_dir={tmp_path / 'data'}",
+                    *TINY_RUN,
+                    *sampler_overrides("uniform"),
+                    "trainer.max_epochs=1",
+                    "logger=none",
+                    f"head={head}",
+                ],
+            )
         train(cfg)
         # What train.py's Hydra run leaves next to the results.
         (run_dir / ".hydra").mkdir()
         OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
         runs.append(run_dir)
-    paths = _report_script().main([
-        *map(str, runs), "--out", str(tmp_path / "report"), "--contexts", "30",
-        "--items", "40", "--jacobian-contexts", "4", "--jacobian-items", "8",
-    ])
+    paths = _report_script().main(
+        [
+            *map(str, runs),
+            "--out",
+            str(tmp_path / "report"),
+            "--contexts",
+            "30",
+            "--items",
+            "40",
+            "--jacobian-contexts",
+            "4",
+            "--jacobian-items",
+            "8",
+        ]
+    )
     assert paths["plot"].stat().st_size > 0
     with paths["csv"].open() as handle:
         rows = list(csv.DictReader(handle))

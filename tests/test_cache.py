@@ -47,8 +47,9 @@ def test_key_follows_every_setting_and_ignores_key_order(tmp_path: Path) -> None
 
 
 def test_sources_key_their_folders_by_their_settings(tmp_path: Path) -> None:
-    assert cache_directory(Synthetic(seed=0), tmp_path) != cache_directory(Synthetic(seed=1),
-                                                                           tmp_path)
+    assert cache_directory(Synthetic(seed=0), tmp_path) != cache_directory(
+        Synthetic(seed=1), tmp_path
+    )
     first = XCSynthetic(num_labels=20, num_features=50, num_train=30, num_test=10, seed=0)
     again = XCSynthetic(num_labels=20, num_features=50, num_train=30, num_test=10, seed=0)
     other = XCSynthetic(num_labels=20, num_features=50, num_train=30, num_test=10, seed=1)
@@ -69,8 +70,11 @@ def test_cached_builds_once_and_reuses_the_folder(tmp_path: Path) -> None:
     assert cached(folder, SETTINGS, build, _write_points, _load) == "points"
     assert len(builds) == 1
     assert json.loads((folder / "settings.json").read_text()) == SETTINGS
-    assert _tree(tmp_path / "processed") == [folder.name, f"{folder.name}/points.txt",
-                                             f"{folder.name}/settings.json"]
+    assert _tree(tmp_path / "processed") == [
+        folder.name,
+        f"{folder.name}/points.txt",
+        f"{folder.name}/settings.json",
+    ]
 
 
 def test_failed_build_or_write_leaves_nothing(tmp_path: Path) -> None:

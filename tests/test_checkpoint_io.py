@@ -13,10 +13,10 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from conftest import ROOT, TINY_RUN, sampler_overrides
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel
 
-from conftest import ROOT, TINY_RUN, sampler_overrides
 from recsys_midx.app.experiment import train
 from recsys_midx.lit.checkpointing import AtomicCheckpointIO, CheckpointError, StepCheckpoint
 
@@ -65,7 +65,9 @@ _SAVE_FOREVER = textwrap.dedent("""
 def test_kill_during_a_save_keeps_the_previous_checkpoint(tmp_path):
     path = tmp_path / "last.ckpt"
     process = subprocess.Popen(
-        [sys.executable, "-c", _SAVE_FOREVER, str(path)], cwd=ROOT, stdout=subprocess.PIPE,
+        [sys.executable, "-c", _SAVE_FOREVER, str(path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
         text=True,
     )
     assert process.stdout.readline().strip() == "1"  # a first checkpoint is complete
@@ -86,8 +88,11 @@ def test_unreadable_checkpoint_is_named_in_a_clear_error(tmp_path, damage):
     path = tmp_path / "last.ckpt"
     torch.save({"weights": torch.ones(10_000)}, path)
     content = path.read_bytes()
-    path.write_bytes({"truncated": content[: len(content) // 2], "empty": b"",
-                      "garbage": bytes(range(256)) * 4}[damage])
+    path.write_bytes(
+        {"truncated": content[: len(content) // 2], "empty": b"", "garbage": bytes(range(256)) * 4}[
+            damage
+        ]
+    )
     with pytest.raises(CheckpointError, match="truncated or corrupt") as error:
         AtomicCheckpointIO().load_checkpoint(path)
     assert str(path) in str(error.value)
@@ -124,8 +129,9 @@ def test_resuming_from_a_truncated_checkpoint_names_it_and_writes_no_results(
     path = tmp_path / "truncated.ckpt"
     torch.save({"weights": torch.ones(10_000)}, path)
     path.write_bytes(path.read_bytes()[:5000])
-    config = compose_config([*TINY_RUN, *sampler_overrides("uniform"), "trainer.max_epochs=1",
-                             f"resume={path}"])
+    config = compose_config(
+        [*TINY_RUN, *sampler_overrides("uniform"), "trainer.max_epochs=1", f"resume={path}"]
+    )
     with pytest.raises(CheckpointError, match=f"cannot load checkpoint {path}: .*truncated"):
         train(config)
     assert not (tmp_path / "run" / "results.json").exists()
@@ -140,15 +146,31 @@ def test_last_checkpoint_follows_epochs_that_do_not_improve(tmp_path, best_saves
     folder = tmp_path / "checkpoints"
     seen = _LastCheckpointEpochs(folder / "last.ckpt")
     trainer = L.Trainer(
-        max_epochs=3, limit_train_batches=2, limit_val_batches=1, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        max_epochs=3,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
         callbacks=[
             seen,
-            ModelCheckpoint(dirpath=folder, filename="best", monitor="score", mode="max",
-                            save_top_k=1, save_last=best_saves_last,
-                            enable_version_counter=False),
-            StepCheckpoint(dirpath=folder, every_n_train_steps=1000, save_top_k=0,
-                           save_last=True, enable_version_counter=False),
+            ModelCheckpoint(
+                dirpath=folder,
+                filename="best",
+                monitor="score",
+                mode="max",
+                save_top_k=1,
+                save_last=best_saves_last,
+                enable_version_counter=False,
+            ),
+            StepCheckpoint(
+                dirpath=folder,
+                every_n_train_steps=1000,
+                save_top_k=0,
+                save_last=True,
+                enable_version_counter=False,
+            ),
         ],
     )
 

@@ -14,24 +14,42 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, TINY_RUN, run_train, sampler_overrides
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
-from conftest import ROOT, TINY_RUN, run_train, sampler_overrides
 from recsys_midx.app.train import HARMLESS_WARNINGS, filter_harmless_warnings
 
 #: Each harmless warning as Lightning issues it: message, category and issuing module.
 LIGHTNING_WARNINGS = [
-    ("`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec) and "
-     "treespec.is_leaf()` instead.", FutureWarning, "lightning.pytorch.utilities._pytree"),
-    ('`.test(ckpt_path="best")` is called with Trainer configured with multiple '
-     "`ModelCheckpoint` callbacks. It will use the best checkpoint path from first checkpoint "
-     "callback.", UserWarning, "lightning.pytorch.trainer.connectors.checkpoint_connector"),
-    ("The 'train_dataloader' does not have many workers which may be a bottleneck.",
-     PossibleUserWarning, "lightning.pytorch.trainer.connectors.data_connector"),
-    ("Checkpoint directory /runs/a/checkpoints exists and is not empty.", UserWarning,
-     "lightning.pytorch.callbacks.model_checkpoint"),
-    ("The number of training batches (4) is smaller than the logging interval "
-     "Trainer(log_every_n_steps=10).", PossibleUserWarning, "lightning.pytorch.loops.fit_loop"),
+    (
+        "`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec) and "
+        "treespec.is_leaf()` instead.",
+        FutureWarning,
+        "lightning.pytorch.utilities._pytree",
+    ),
+    (
+        '`.test(ckpt_path="best")` is called with Trainer configured with multiple '
+        "`ModelCheckpoint` callbacks. It will use the best checkpoint path from first checkpoint "
+        "callback.",
+        UserWarning,
+        "lightning.pytorch.trainer.connectors.checkpoint_connector",
+    ),
+    (
+        "The 'train_dataloader' does not have many workers which may be a bottleneck.",
+        PossibleUserWarning,
+        "lightning.pytorch.trainer.connectors.data_connector",
+    ),
+    (
+        "Checkpoint directory /runs/a/checkpoints exists and is not empty.",
+        UserWarning,
+        "lightning.pytorch.callbacks.model_checkpoint",
+    ),
+    (
+        "The number of training batches (4) is smaller than the logging interval "
+        "Trainer(log_every_n_steps=10).",
+        PossibleUserWarning,
+        "lightning.pytorch.loops.fit_loop",
+    ),
 ]
 
 
@@ -45,8 +63,7 @@ def _shown(message: str, category: type[Warning], module: str) -> bool:
 
 
 @pytest.mark.parametrize(("message", "category", "module"), LIGHTNING_WARNINGS)
-def test_each_harmless_warning_is_hidden_only_where_lightning_issues_it(message, category,
-                                                                       module):
+def test_each_harmless_warning_is_hidden_only_where_lightning_issues_it(message, category, module):
     assert len(LIGHTNING_WARNINGS) == len(HARMLESS_WARNINGS)
     assert not _shown(message, category, module)
     assert _shown(message, category, "recsys_midx.app.experiment")
@@ -58,9 +75,14 @@ def test_each_harmless_warning_is_hidden_only_where_lightning_issues_it(message,
 def test_a_run_prints_none_of_the_harmless_library_warnings(tmp_path):
     # Few batches per epoch at the default logging interval, two checkpoint callbacks and a test
     # of the best checkpoint: the situations in which Lightning warns.
-    done = run_train(*TINY_RUN, *sampler_overrides("uniform"), "trainer.max_epochs=1",
-                     "trainer.log_every_n_steps=10", f"hydra.run.dir={tmp_path / 'run'}",
-                     f"paths.data_dir={tmp_path / 'data'}")
+    done = run_train(
+        *TINY_RUN,
+        *sampler_overrides("uniform"),
+        "trainer.max_epochs=1",
+        "trainer.log_every_n_steps=10",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        f"paths.data_dir={tmp_path / 'data'}",
+    )
 
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "run" / "results.json").is_file()
@@ -75,16 +97,29 @@ def test_ctrl_c_prints_the_command_that_continues_the_run(tmp_path):
     # Block inside the second epoch (tests/pausing.py), after the first epoch's checkpoints.
     run_dir, paused = tmp_path / "run", tmp_path / "paused"
     arguments = [
-        *TINY_RUN, *sampler_overrides("uniform"), f"paths.data_dir={tmp_path / 'data'}",
-        "+callbacks.pause._target_=pausing.PauseBeforeStep", "+callbacks.pause.step=5",
-        f"+callbacks.pause.marker={paused}", f"hydra.run.dir={run_dir}",
+        *TINY_RUN,
+        *sampler_overrides("uniform"),
+        f"paths.data_dir={tmp_path / 'data'}",
+        "+callbacks.pause._target_=pausing.PauseBeforeStep",
+        "+callbacks.pause.step=5",
+        f"+callbacks.pause.marker={paused}",
+        f"hydra.run.dir={run_dir}",
     ]
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     errors = tmp_path / "train.err"
     with errors.open("w") as stderr:
-        process = subprocess.Popen([sys.executable, "train.py", *arguments], cwd=ROOT,
-                                   stdout=subprocess.DEVNULL, stderr=stderr, env=environment)
+        process = subprocess.Popen(
+            [sys.executable, "train.py", *arguments],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=environment,
+        )
         deadline = time.monotonic() + 240
         while not paused.exists():
             assert process.poll() is None, f"train.py ended: {errors.read_text()[-2000:]}"
@@ -96,7 +131,8 @@ def test_ctrl_c_prints_the_command_that_continues_the_run(tmp_path):
     assert process.returncode != 0
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     lines = [line.strip() for line in errors.read_text().splitlines() if line.strip()]
-    expected = shlex.join([sys.executable, "train.py", *arguments[:-1], "resume=auto",
-                           f"hydra.run.dir={run_dir}"])
+    expected = shlex.join(
+        [sys.executable, "train.py", *arguments[:-1], "resume=auto", f"hydra.run.dir={run_dir}"]
+    )
     assert "interrupted; to continue this run:" in lines
     assert lines[lines.index("interrupted; to continue this run:") + 1] == expected

@@ -7,7 +7,6 @@ import warnings
 
 import pytest
 import torch
-
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.samplers import DNSSampler, KernelSampler, LSHSampler, Sampler, SIRSampler

@@ -32,14 +32,19 @@ def _rows(table: str) -> list[list[str]]:
     """The cells of each row of a printed table."""
     return [
         [cell.strip() for cell in line.strip("│ ").split("│")]
-        for line in table.splitlines() if line.startswith("│")
+        for line in table.splitlines()
+        if line.startswith("│")
     ]
 
 
 def _custom(path: Path, tmp_path: Path) -> list[str]:
     return [
-        "dataset=custom", f"dataset.path={path}", "dataset.columns.user=uid",
-        "dataset.columns.item=sku", "dataset.columns.time=ts", "dataset.columns.rating=stars",
+        "dataset=custom",
+        f"dataset.path={path}",
+        "dataset.columns.user=uid",
+        "dataset.columns.item=sku",
+        "dataset.columns.time=ts",
+        "dataset.columns.rating=stars",
         f"paths.data_dir={tmp_path / 'data'}",
     ]
 
@@ -51,7 +56,8 @@ def test_presets_set_every_knob(compose_config: Callable[..., DictConfig], prese
         assert instantiate(cfg.dataset).preprocess == PRESETS[preset]
     # A single knob still overrides the preset.
     cfg = compose_config(
-        ["dataset=ml-1m", f"preprocess={preset}", "dataset.preprocess.max_seq_len=50"])
+        ["dataset=ml-1m", f"preprocess={preset}", "dataset.preprocess.max_seq_len=50"]
+    )
     assert instantiate(cfg.dataset).preprocess.max_seq_len == 50
 
 
@@ -62,7 +68,8 @@ def test_datasets_default_to_their_preset(compose_config: Callable[..., DictConf
 
 def test_presets_filter_as_documented(tmp_path: Path) -> None:
     raw = pd.read_csv(_ratings(tmp_path / "r.csv")).rename(
-        columns={"uid": "user", "sku": "item", "stars": "rating", "ts": "timestamp"})
+        columns={"uid": "user", "sku": "item", "stars": "rating", "ts": "timestamp"}
+    )
     sizes = {name: preprocess(raw, settings).stats for name, settings in PRESETS.items()}
     # none keeps all; sasrec keeps users with >= 5 interactions (all of them); recbole first
     # drops the ratings below 3 (users 11, 12), then needs 10 interactions per user and item.
@@ -94,8 +101,9 @@ def test_prepare_then_describe(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["describe", *overrides]) == 1
 
 
-def test_errors_are_printed_without_a_traceback(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_errors_are_printed_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     overrides = _custom(tmp_path / "absent.csv", tmp_path)
     assert main(["prepare", *overrides]) == 1
     assert "error:" in capsys.readouterr().out

@@ -43,8 +43,9 @@ def _dictionary(column: pd.Series) -> list:
 
 
 def test_text_ids_become_categories(tmp_path: Path) -> None:
-    path = _write_csv(tmp_path / "a.csv", [("bob", "0042", 3), ("alice", "B01", 1),
-                                           ("bob", "B01", 2)])
+    path = _write_csv(
+        tmp_path / "a.csv", [("bob", "0042", 3), ("alice", "B01", 1), ("bob", "B01", 2)]
+    )
     raw = _read_csv(path)
     assert raw.columns.tolist() == ["user", "item", "timestamp"]
     assert _dictionary(raw["user"]) == ["bob", "alice"]  # in order of appearance
@@ -73,8 +74,9 @@ def test_declared_integer_columns_are_read_as_int64(tmp_path: Path) -> None:
         read_interactions(bad, fmt, COLUMNS)
 
 
-def test_many_batches_merge_into_one_dictionary(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_many_batches_merge_into_one_dictionary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Tiny blocks: hundreds of batches, each with its own dictionary of ids.
     monkeypatch.setattr(formats, "BLOCK_SIZE", 512)
     rng = np.random.default_rng(0)
@@ -109,9 +111,14 @@ def test_times_are_seconds_or_iso_dates(tmp_path: Path, value: str, seconds: int
 
 def test_zoned_and_naive_iso_times_mix(tmp_path: Path) -> None:
     # A date's "-20" must not be taken for a zone offset.
-    path = _write_csv(tmp_path / "a.csv", [("u", "i", "2010-10-19T23:55:27Z"),
-                                           ("u", "j", "2010-10-19 23:55:28"),
-                                           ("u", "k", "2010-10-20")])
+    path = _write_csv(
+        tmp_path / "a.csv",
+        [
+            ("u", "i", "2010-10-19T23:55:27Z"),
+            ("u", "j", "2010-10-19 23:55:28"),
+            ("u", "k", "2010-10-20"),
+        ],
+    )
     assert _read_csv(path)["timestamp"].tolist() == [1287532527, 1287532528, 1287532800]
 
 
@@ -136,8 +143,9 @@ def test_missing_column_lists_the_columns_found(tmp_path: Path) -> None:
     assert "'uid'" in str(info.value) and "'user_id', 'sku', 'ts'" in str(info.value)
 
 
-def test_empty_ids_are_an_error_unless_dropped(tmp_path: Path,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_empty_ids_are_an_error_unless_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = _write_csv(tmp_path / "a.csv", [("u", "i", 1), ("", "j", 2), ("v", "NA", 3)])
     with pytest.raises(DataError, match="the user is empty in 1 rows.*data row 2"):
         _read_csv(path)
@@ -148,15 +156,17 @@ def test_empty_ids_are_an_error_unless_dropped(tmp_path: Path,
 
 
 def test_alternative_columns_take_the_first_non_empty(tmp_path: Path) -> None:
-    path = _write_csv(tmp_path / "a.csv", [("u", "t1", "a1", 1), ("u", "", "a2", 2)],
-                      header="uid,track,artist,ts")
+    path = _write_csv(
+        tmp_path / "a.csv", [("u", "t1", "a1", 1), ("u", "", "a2", 2)], header="uid,track,artist,ts"
+    )
     raw = _read_csv(path, ColumnMap(user="uid", item=("track", "artist"), time="ts"))
     assert raw["item"].astype(str).tolist() == ["t1", "a2"]
 
 
 def test_ratings_are_float32_with_nan_for_empty(tmp_path: Path) -> None:
-    path = _write_csv(tmp_path / "a.csv", [("u", "i", 1, 4.5), ("u", "j", 2, "")],
-                      header="uid,sku,ts,stars")
+    path = _write_csv(
+        tmp_path / "a.csv", [("u", "i", 1, 4.5), ("u", "j", 2, "")], header="uid,sku,ts,stars"
+    )
     raw = _read_csv(path, ColumnMap(user="uid", item="sku", time="ts", rating="stars"))
     assert raw["rating"].dtype == np.float32
     assert raw["rating"].iloc[0] == 4.5 and np.isnan(raw["rating"].iloc[1])
@@ -181,8 +191,10 @@ def test_gzip_is_read_and_a_truncated_one_is_reported(tmp_path: Path) -> None:
 
 def test_json_lines_keep_the_types_of_the_first_line(tmp_path: Path) -> None:
     path = tmp_path / "a.jsonl"
-    records = [{"uid": 7, "sku": "x", "ts": "2020-01-01", "text": "long review"},
-               {"uid": 3, "sku": "y", "ts": "2020-01-02", "extra": [1, 2]}]
+    records = [
+        {"uid": 7, "sku": "x", "ts": "2020-01-01", "text": "long review"},
+        {"uid": 3, "sku": "y", "ts": "2020-01-02", "extra": [1, 2]},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     raw = read_interactions(path, JsonLines(), COLUMNS)
     assert raw["user"].tolist() == [7, 3] and raw["user"].dtype == np.int64
@@ -231,7 +243,6 @@ def test_formats_follow_the_file_name(tmp_path: Path) -> None:
 def test_column_maps_are_checked() -> None:
     with pytest.raises(ValueError, match=r"unknown: \['stars'\], missing: \['time'\]"):
         ColumnMap.from_mapping({"user": "u", "item": "i", "stars": "s"})
-    mapped = ColumnMap.from_mapping({"user": "u", "item": ["t", "a"], "time": "ts",
-                                     "rating": None})
+    mapped = ColumnMap.from_mapping({"user": "u", "item": ["t", "a"], "time": "ts", "rating": None})
     assert mapped.wanted() == ["u", "t", "a", "ts"]
     assert mapped.to_dict() == {"user": ["u"], "item": ["t", "a"], "time": ["ts"]}

@@ -19,8 +19,12 @@ class _Prepared:
         rows = [(user, item) for user, items in sequences.items() for item in items]
         frame = pd.DataFrame(rows, columns=["user_id", "item_id"])
         self.dataset = PreparedDataset(
-            name="fixed", directory=Path("."), interactions=frame,
-            num_users=len(sequences), num_items=num_items, stats={"users": len(sequences)},
+            name="fixed",
+            directory=Path("."),
+            interactions=frame,
+            num_users=len(sequences),
+            num_items=num_items,
+            stats={"users": len(sequences)},
         )
 
     def prepare(self, data_dir: str | Path) -> PreparedDataset:
@@ -30,8 +34,9 @@ class _Prepared:
 @pytest.fixture
 def datamodule() -> SeqRecDataModule:
     source = _Prepared({1: [1, 2, 3, 4, 5, 6], 2: [7, 8, 9], 3: [2, 2, 9, 3, 1]}, num_items=9)
-    module = SeqRecDataModule(source, "unused", max_len=3, batch_size=8, eval_batch_size=8,
-                              train_samples="last_window")
+    module = SeqRecDataModule(
+        source, "unused", max_len=3, batch_size=8, eval_batch_size=8, train_samples="last_window"
+    )
     module.prepare_data()
     module.setup("fit")
     return module
@@ -70,6 +75,6 @@ def test_item_counts_cover_training_parts_only(datamodule: SeqRecDataModule) -> 
 def test_use_before_setup_and_bad_sizes_are_errors() -> None:
     source = _Prepared({1: [1, 2, 3]}, num_items=3)
     with pytest.raises(RuntimeError, match="setup"):
-        SeqRecDataModule(source, "unused", max_len=3).num_items
+        _ = SeqRecDataModule(source, "unused", max_len=3).num_items
     with pytest.raises(ValueError, match="max_len"):
         SeqRecDataModule(source, "unused", max_len=0)

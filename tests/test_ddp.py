@@ -17,14 +17,14 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
 from conftest import ROOT, TINY_RUN, sampler_overrides
+
+from recsys_midx.app.experiment import build
 from recsys_midx.distributed import (
     broadcast_module_state,
     eval_sampler,
     raise_on_every_rank,
 )
-from recsys_midx.app.experiment import build
 from recsys_midx.samplers import MIDXSampler, PopularitySampler
 
 pytestmark = [
@@ -38,9 +38,7 @@ pytestmark = [
 
 NUM_ITEMS = 3000
 #: An odd user count: two ranks get 61 and 60 users, so a padded shard would repeat one.
-DDP_RUN = (
-    *TINY_RUN, "trainer.max_epochs=1", "dataset.num_users=121", *sampler_overrides("midx")
-)
+DDP_RUN = (*TINY_RUN, "trainer.max_epochs=1", "dataset.num_users=121", *sampler_overrides("midx"))
 
 
 def _free_port() -> int:
@@ -52,8 +50,9 @@ def _free_port() -> int:
 def _samplers() -> dict[str, torch.nn.Module]:
     return {
         "midx_pq": MIDXSampler(NUM_ITEMS, 16, num_codewords=16),
-        "midx_rq_pop": MIDXSampler(NUM_ITEMS, 16, num_codewords=16, quantizer="rq",
-                                   last_stage="popularity"),
+        "midx_rq_pop": MIDXSampler(
+            NUM_ITEMS, 16, num_codewords=16, quantizer="rq", last_stage="popularity"
+        ),
         "popularity": PopularitySampler(NUM_ITEMS, 16),
     }
 
@@ -99,8 +98,9 @@ def test_broadcast_gives_every_rank_rank_zeros_sampler(tmp_path):
     # Rank 0's own build (the table of seed 0) is what both ranks hold.
     reference = _samplers()["midx_pq"]
     reference.update(torch.randn(NUM_ITEMS + 1, 16, generator=torch.Generator().manual_seed(0)))
-    assert torch.equal(reference.codebooks.codewords,
-                       ranks[1]["midx_pq"]["state"]["codebooks.codewords"])
+    assert torch.equal(
+        reference.codebooks.codewords, ranks[1]["midx_pq"]["state"]["codebooks.codewords"]
+    )
     # Evaluation shards cover each of the 121 rows exactly once, without padding.
     rows = ranks[0]["eval_rows"] + ranks[1]["eval_rows"]
     assert sorted(rows) == list(range(121)) and len(ranks[0]["eval_rows"]) == 61
@@ -112,9 +112,19 @@ def test_broadcast_gives_every_rank_rank_zeros_sampler(tmp_path):
 def test_ddp_run_evaluates_like_one_process(compose_config, tmp_path):
     run_dir = tmp_path / "ddp"
     done = subprocess.run(
-        [sys.executable, "train.py", "trainer=ddp", "trainer.devices=2", *DDP_RUN,
-         f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run_dir}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "train.py",
+            "trainer=ddp",
+            "trainer.devices=2",
+            *DDP_RUN,
+            f"paths.data_dir={tmp_path / 'data'}",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((run_dir / "results.json").read_text())
@@ -123,19 +133,31 @@ def test_ddp_run_evaluates_like_one_process(compose_config, tmp_path):
     # The same best checkpoint, evaluated by a single process.
     experiment = build(compose_config(DDP_RUN))
     checkpoint = results["best_checkpoint"]
-    test = experiment.trainer.test(experiment.module, experiment.datamodule,
-                                   ckpt_path=checkpoint, verbose=False)[0]
-    val = experiment.trainer.validate(experiment.module, experiment.datamodule,
-                                      ckpt_path=checkpoint, verbose=False)[0]
+    test = experiment.trainer.test(
+        experiment.module, experiment.datamodule, ckpt_path=checkpoint, verbose=False
+    )[0]
+    val = experiment.trainer.validate(
+        experiment.module, experiment.datamodule, ckpt_path=checkpoint, verbose=False
+    )[0]
     for name, value in {**test, **val}.items():
         assert results["metrics"][name] == pytest.approx(value, abs=1e-6), name
 
 
 def test_multirun_with_ddp_fails_with_a_clear_message(tmp_path):
     done = subprocess.run(
-        [sys.executable, "train.py", "-m", "trainer=ddp", "sampler=full,uniform",
-         f"hydra.sweep.dir={tmp_path / 'sweep'}", f"paths.data_dir={tmp_path / 'data'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "train.py",
+            "-m",
+            "trainer=ddp",
+            "sampler=full,uniform",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            f"paths.data_dir={tmp_path / 'data'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode != 0
     assert "cannot run inside a Hydra multirun" in done.stderr

@@ -1,4 +1,5 @@
-"""The debug modes of ``recsys_midx/conf/debug``: each composes with every task and runs end to end."""
+"""The debug modes of ``recsys_midx/conf/debug``: each composes with every task and runs end to
+end."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from recsys_midx.app.experiment import train
 
 
@@ -38,9 +39,17 @@ def test_debug_wins_over_an_experiment(compose_config) -> None:
 @pytest.mark.slow
 def test_debug_default_runs_end_to_end_in_seconds(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "train.py", "debug=default", f"hydra.run.dir={tmp_path / 'run'}",
-         f"paths.data_dir={tmp_path / 'data'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "train.py",
+            "debug=default",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            f"paths.data_dir={tmp_path / 'data'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads((tmp_path / "run" / "results.json").read_text())
@@ -64,8 +73,11 @@ def test_debug_fdr_tests_the_final_weights_without_checkpoints(compose_config, t
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["seqrec", "xc"])
 def test_debug_overfit_drives_the_training_loss_down(compose_config, task: str) -> None:
-    results = train(compose_config([f"task={task}", "debug=overfit", "sampler=full",
-                                    "task.module.optimizer.lr=0.01"]))
+    results = train(
+        compose_config(
+            [f"task={task}", "debug=overfit", "sampler=full", "task.module.optimizer.lr=0.01"]
+        )
+    )
 
     assert results["epochs_run"] == results["config"]["trainer"]["max_epochs"]
     losses = [row["train/loss"] for row in _epoch_rows(results)]
@@ -74,5 +86,7 @@ def test_debug_overfit_drives_the_training_loss_down(compose_config, task: str) 
 
 def _epoch_rows(results: dict) -> list[dict[str, float]]:
     with (Path(results["output_dir"]) / "epochs.csv").open() as handle:
-        return [{key: float(value) for key, value in row.items() if value}
-                for row in csv.DictReader(handle)]
+        return [
+            {key: float(value) for key, value in row.items() if value}
+            for row in csv.DictReader(handle)
+        ]

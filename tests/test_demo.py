@@ -20,8 +20,13 @@ def test_the_default_run_is_a_short_demo_on_the_synthetic_dataset(compose_config
 
 @pytest.mark.parametrize(
     ("overrides", "max_epochs"),
-    [(["dataset=ml-1m"], 200), (["task=xc"], 200), (["experiment=synthetic-100k"], 30),
-     (["debug=default"], 1), (["trainer.max_epochs=200"], 200)],
+    [
+        (["dataset=ml-1m"], 200),
+        (["task=xc"], 200),
+        (["experiment=synthetic-100k"], 30),
+        (["debug=default"], 1),
+        (["trainer.max_epochs=200"], 200),
+    ],
 )
 def test_the_demo_cap_yields_to_other_datasets_experiments_and_the_command_line(
     compose_config, overrides: list[str], max_epochs: int
@@ -31,11 +36,16 @@ def test_the_demo_cap_yields_to_other_datasets_experiments_and_the_command_line(
 
 def test_the_summary_says_what_a_sampled_softmax_scored_and_how_close_its_proposal_came() -> None:
     results = {
-        "config": {"sampler": {"_target_": "recsys_midx.samplers.MIDXSampler",
-                               "num_negatives": 100}},
+        "config": {
+            "sampler": {"_target_": "recsys_midx.samplers.MIDXSampler", "num_negatives": 100}
+        },
         "dataset": {"items": 12_345},
-        "sampler": {"kl_last": 0.5, "kl_uniform_last": 2.25, "exhaustive": False,
-                    "sizing": {"exact_top_codewords": 6}},
+        "sampler": {
+            "kl_last": 0.5,
+            "kl_uniform_last": 2.25,
+            "exhaustive": False,
+            "sizing": {"exact_top_codewords": 6},
+        },
     }
     assert sampler_lines(results) == [
         "sampled softmax: 100 negatives from MIDXSampler and its exact top cells per query, "

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import CONF_DIR, TINY_RUN, sampler_overrides
 from hydra import compose, initialize_config_dir
 
-from conftest import CONF_DIR, TINY_RUN, sampler_overrides
 from recsys_midx.app.experiment import train
 
 pytestmark = pytest.mark.slow
@@ -20,10 +20,16 @@ RUN = (*TINY_RUN, *sampler_overrides("midx"), "callbacks.sampler_refresh.every_n
 
 def _run(root: Path, name: str, seed: int, *overrides: str) -> tuple[dict, list[str]]:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        config = compose("config", overrides=[
-            f"paths.output_dir={root / name}", f"paths.data_dir={root / 'data'}", *RUN,
-            f"seed={seed}", *overrides,
-        ])
+        config = compose(
+            "config",
+            overrides=[
+                f"paths.output_dir={root / name}",
+                f"paths.data_dir={root / 'data'}",
+                *RUN,
+                f"seed={seed}",
+                *overrides,
+            ],
+        )
     train(config)
     results = json.loads((root / name / "results.json").read_text())
     with (root / name / "epochs.csv").open() as handle:

@@ -68,4 +68,3 @@ def test_readme_is_a_short_guide_opening_with_the_setup_commands() -> None:
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 250, f"README.md has {len(lines)} lines; results belong in docs/"
     assert lines[: len(SETUP_BLOCK)] == SETUP_BLOCK
-

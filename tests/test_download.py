@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import recsys_midx.data.pipeline as pipeline_module
 from recsys_midx.data import (
     ChecksumError,
     CorruptArchiveError,
@@ -33,7 +34,6 @@ from recsys_midx.data import (
     MovieLens,
     UnsafeArchiveError,
 )
-import recsys_midx.data.pipeline as pipeline_module
 from recsys_midx.data.download import (
     download,
     extract_archive,
@@ -108,7 +108,8 @@ def zip_bytes(files: dict[str, bytes]) -> bytes:
 # both fall out of a 5-core. Each user's rows are written newest first.
 RATINGS = [
     (user, item, (user + item) % 5 + 1, 978_300_000 + 1000 * user - 10 * item)
-    for user in range(1, 9) for item in range(1, 7)
+    for user in range(1, 9)
+    for item in range(1, 7)
 ] + [(9, 1, 4, 978_400_000), (9, 2, 3, 978_400_010), (1, 99, 5, 978_300_500)]
 
 
@@ -117,11 +118,13 @@ def _ml1m_zip() -> bytes:
     ratings = "".join(f"{u}::{i}::{r}::{t}\n" for u, i, r, t in RATINGS)
     movies = "1::Café au lait (1994)::Comedy\n2::Straße (1999)::Drama\n99::Ño (2000)::Drama\n"
     users = "".join(f"{u}::F::25::10::12345\n" for u in range(1, 10))
-    return zip_bytes({
-        "ml-1m/ratings.dat": ratings.encode(),
-        "ml-1m/movies.dat": movies.encode("latin-1"),
-        "ml-1m/users.dat": users.encode(),
-    })
+    return zip_bytes(
+        {
+            "ml-1m/ratings.dat": ratings.encode(),
+            "ml-1m/movies.dat": movies.encode("latin-1"),
+            "ml-1m/users.dat": users.encode(),
+        }
+    )
 
 
 def publish(server: FileServer, name: str, content: bytes) -> tuple[str, str]:
@@ -147,8 +150,9 @@ def tree(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
 
 
-def test_movielens_downloads_checks_extracts_and_prepares(server: FileServer,
-                                                          tmp_path: Path) -> None:
+def test_movielens_downloads_checks_extracts_and_prepares(
+    server: FileServer, tmp_path: Path
+) -> None:
     url, md5 = publish(server, "ml-1m.zip", _ml1m_zip())
     data_dir = tmp_path / "data"
     ds = MovieLens("ml-1m-mini", "ml-1m", url=url, md5=md5).prepare(data_dir)
@@ -158,12 +162,19 @@ def test_movielens_downloads_checks_extracts_and_prepares(server: FileServer,
     assert re.fullmatch(r"ml-1m-mini-[0-9a-f]{12}", ds.directory.name)
     assert ds.directory.parent == data_dir / "processed"
     assert tree(ds.directory) == [
-        "interactions.parquet", "item_map.parquet", "settings.json", "stats.json",
+        "interactions.parquet",
+        "item_map.parquet",
+        "settings.json",
+        "stats.json",
         "user_map.parquet",
     ]
     assert tree(data_dir / "raw") == [
-        "ml-1m", "ml-1m.zip", "ml-1m/ml-1m", "ml-1m/ml-1m/movies.dat",
-        "ml-1m/ml-1m/ratings.dat", "ml-1m/ml-1m/users.dat",
+        "ml-1m",
+        "ml-1m.zip",
+        "ml-1m/ml-1m",
+        "ml-1m/ml-1m/movies.dat",
+        "ml-1m/ml-1m/ratings.dat",
+        "ml-1m/ml-1m/users.dat",
     ]
     # Extraction copies bytes: the latin-1 titles are intact.
     titles = (data_dir / "raw/ml-1m/ml-1m/movies.dat").read_text(encoding="latin-1")
@@ -178,8 +189,9 @@ def test_movielens_downloads_checks_extracts_and_prepares(server: FileServer,
     assert ds.stats["rows_after_step"]["input"] == len(RATINGS)
 
 
-def test_second_prepare_reuses_the_cache_offline(server: FileServer, tmp_path: Path,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_second_prepare_reuses_the_cache_offline(
+    server: FileServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     url, md5 = publish(server, "ml-1m.zip", _ml1m_zip())
     data_dir = tmp_path / "data"
     first = MovieLens("ml-1m", "ml-1m", url=url, md5=md5).prepare(data_dir)
@@ -204,8 +216,9 @@ def test_wrong_md5_raises_and_leaves_nothing(server: FileServer, tmp_path: Path)
     assert tree(data_dir / "processed") == []
 
 
-def test_download_reuses_a_verified_file_and_replaces_a_stale_one(server: FileServer,
-                                                                  tmp_path: Path) -> None:
+def test_download_reuses_a_verified_file_and_replaces_a_stale_one(
+    server: FileServer, tmp_path: Path
+) -> None:
     url, md5 = publish(server, "blob.bin", b"fresh content")
     dest = tmp_path / "raw" / "blob.bin"
     dest.parent.mkdir()
@@ -248,8 +261,9 @@ def _symlink_entry() -> zipfile.ZipInfo:
         (_symlink_entry(), "symbolic link"),
     ],
 )
-def test_unsafe_archives_are_refused(tmp_path: Path, entry: str | zipfile.ZipInfo,
-                                     reason: str) -> None:
+def test_unsafe_archives_are_refused(
+    tmp_path: Path, entry: str | zipfile.ZipInfo, reason: str
+) -> None:
     archive = tmp_path / "bad.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("data/fine.txt", "ok")
@@ -263,9 +277,16 @@ def test_unsafe_archives_are_refused(tmp_path: Path, entry: str | zipfile.ZipInf
 
 
 def test_unsafe_archive_is_refused_by_the_source(server: FileServer, tmp_path: Path) -> None:
-    url, md5 = publish(server, "ml-1m.zip", zip_bytes({
-        "ml-1m/ratings.dat": b"1::1::5::1\n", "../evil": b"x",
-    }))
+    url, md5 = publish(
+        server,
+        "ml-1m.zip",
+        zip_bytes(
+            {
+                "ml-1m/ratings.dat": b"1::1::5::1\n",
+                "../evil": b"x",
+            }
+        ),
+    )
     with pytest.raises(UnsafeArchiveError, match="'../evil'"):
         MovieLens("ml-1m", "ml-1m", url=url, md5=md5).prepare(tmp_path / "data")
     assert not (tmp_path / "data" / "raw" / "ml-1m").exists()
@@ -310,8 +331,9 @@ def _tar_entry(name: str, kind: bytes, linkname: str = "") -> tarfile.TarInfo:
         (_tar_entry("data/fifo", tarfile.FIFOTYPE), "FIFO"),
     ],
 )
-def test_unsafe_tar_archives_are_refused(tmp_path: Path, entry: tarfile.TarInfo,
-                                         reason: str) -> None:
+def test_unsafe_tar_archives_are_refused(
+    tmp_path: Path, entry: tarfile.TarInfo, reason: str
+) -> None:
     archive = tmp_path / "bad.tar.gz"
     with tarfile.open(archive, "w:gz") as tf:
         fine = tarfile.TarInfo("data/fine.txt")
@@ -369,8 +391,9 @@ def test_truncated_download_without_md5_is_removed(server: FileServer, tmp_path:
 def _write_ml100k(folder: Path) -> None:
     """An extracted ml-100k folder with made-up rows: 6 users x 5 items, plus a stray rating."""
     folder.mkdir(parents=True)
-    rows = [(u, i, (u * i) % 5 + 1, 880_000_000 + 100 * u + i) for u in range(1, 7)
-            for i in range(1, 6)] + [(7, 1, 3, 880_000_000)]
+    rows = [
+        (u, i, (u * i) % 5 + 1, 880_000_000 + 100 * u + i) for u in range(1, 7) for i in range(1, 6)
+    ] + [(7, 1, 3, 880_000_000)]
     (folder / "u.data").write_text("".join(f"{u}\t{i}\t{r}\t{t}\n" for u, i, r, t in rows))
     (folder / "u.item").write_bytes("1|Café (1995)|01-Jan-1995||http://x|0\n".encode("latin-1"))
 
@@ -379,14 +402,22 @@ def test_raw_dir_reads_an_extracted_folder(tmp_path: Path) -> None:
     folder = tmp_path / "ml-100k"
     _write_ml100k(folder)
     data_dir = tmp_path / "data"
-    source = MovieLens("ml-100k", "ml-100k", url=None, md5=None, raw_dir=str(folder),
-                       preprocess={"user_core": 2, "item_core": 2})
+    source = MovieLens(
+        "ml-100k",
+        "ml-100k",
+        url=None,
+        md5=None,
+        raw_dir=str(folder),
+        preprocess={"user_core": 2, "item_core": 2},
+    )
     ds = source.prepare(data_dir)
     assert (ds.num_users, ds.num_items, len(ds.interactions)) == (6, 5, 30)
     assert not (data_dir / "raw").exists()
     stat = (folder / "u.data").stat()
     assert source.fingerprint() == {
-        "source": "movielens", "variant": "ml-100k", "raw_dir": str(folder.resolve()),
+        "source": "movielens",
+        "variant": "ml-100k",
+        "raw_dir": str(folder.resolve()),
         "files": [[stat.st_size, stat.st_mtime_ns]],
     }
 
@@ -409,8 +440,14 @@ def test_csv_variants_are_read(tmp_path: Path) -> None:
     (folder / "ratings.csv").write_text(
         "userId,movieId,rating,timestamp\n" + "".join(f"{u},{i},{r},{t}\n" for u, i, r, t in rows)
     )
-    source = MovieLens("ml-20m", "ml-20m", url=None, md5=None, raw_dir=str(folder),
-                       preprocess={"user_core": 0, "item_core": 0})
+    source = MovieLens(
+        "ml-20m",
+        "ml-20m",
+        url=None,
+        md5=None,
+        raw_dir=str(folder),
+        preprocess={"user_core": 0, "item_core": 0},
+    )
     raw = source.load_raw(tmp_path)
     assert raw[["user", "item", "rating", "timestamp"]].values.tolist() == [list(r) for r in rows]
 
@@ -427,8 +464,14 @@ def test_malformed_ratings_name_the_file(tmp_path: Path) -> None:
 def test_interrupted_write_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "ml-100k"
     _write_ml100k(folder)
-    source = MovieLens("ml-100k", "ml-100k", url=None, md5=None, raw_dir=str(folder),
-                       preprocess={"user_core": 2, "item_core": 2})
+    source = MovieLens(
+        "ml-100k",
+        "ml-100k",
+        url=None,
+        md5=None,
+        raw_dir=str(folder),
+        preprocess={"user_core": 2, "item_core": 2},
+    )
     data_dir = tmp_path / "data"
     real_write = pipeline_module._write
 
@@ -450,12 +493,15 @@ def test_cache_key_follows_content_not_mirror(tmp_path: Path) -> None:
 
     md5 = "c4d9eecfca2ab87c1945afe126590906"
     assert folder_for(url="http://a/ml-1m.zip", md5=md5) == folder_for(
-        url="http://b/ml-1m.zip", md5=md5.upper())
+        url="http://b/ml-1m.zip", md5=md5.upper()
+    )
     assert folder_for(url="http://a/ml-1m.zip", md5=None) != folder_for(
-        url="http://b/ml-1m.zip", md5=None)
+        url="http://b/ml-1m.zip", md5=None
+    )
     for setting in ({"min_rating": 4}, {"max_seq_len": 50}, {"dedup": "first"}):
         assert folder_for(url="http://a/ml-1m.zip", md5=md5) != folder_for(
-            url="http://a/ml-1m.zip", md5=md5, preprocess=setting)
+            url="http://a/ml-1m.zip", md5=md5, preprocess=setting
+        )
 
 
 def test_movielens_arguments_are_checked() -> None:

@@ -8,15 +8,15 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY_RUN, sampler_overrides
 from hydra.errors import InstantiationException
+from test_xc_e2e import TINY_XC_RUN
 from torch import Tensor
 
-from conftest import TINY_RUN, sampler_overrides
 from recsys_midx.app.experiment import build, train
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import EDRepLoss, edrep, full_softmax_loss, multilabel_full_softmax_loss
 from recsys_midx.losses.edrep import cluster_statistics, gaussian_log_partition
-from test_xc_e2e import TINY_XC_RUN
 
 NUM_ITEMS = 30
 DIM = 6
@@ -50,14 +50,21 @@ def _naive_log_z(query: Tensor, items: Tensor, assignments: Tensor, keep: Tensor
         if len(members) == 0:
             continue
         mu = members.mean(0)
-        omega = torch.cov(members.T, correction=0) if len(members) > 1 else torch.zeros(
-            DIM, DIM, dtype=items.dtype)
+        omega = (
+            torch.cov(members.T, correction=0)
+            if len(members) > 1
+            else torch.zeros(DIM, DIM, dtype=items.dtype)
+        )
         total = total + len(members) * torch.exp(query @ mu + 0.5 * query @ omega @ query)
     return total.log()
 
 
 def _naive_losses(
-    query: Tensor, item_emb: Tensor, stats_emb: Tensor, positives: Tensor, assignments: Tensor,
+    query: Tensor,
+    item_emb: Tensor,
+    stats_emb: Tensor,
+    positives: Tensor,
+    assignments: Tensor,
     exact: bool,
 ) -> Tensor:
     """Per (query, positive) pair: ``log(exp(s_p) + Z_est(without P)) - s_p`` (``exact``) or
@@ -87,17 +94,15 @@ def test_one_cluster_per_item_is_exact() -> None:
     # Through faiss k-means: N clusters for N distinct items put each item alone.
     loss_fn = _built(item_emb, NUM_ITEMS)
     assert sorted(loss_fn.assignments.tolist()) == list(range(NUM_ITEMS))
-    torch.testing.assert_close(loss_fn.log_partition(query).double(), exact_log_z, rtol=1e-6,
-                               atol=1e-6)
+    torch.testing.assert_close(
+        loss_fn.log_partition(query).double(), exact_log_z, rtol=1e-6, atol=1e-6
+    )
     single = full_softmax_loss(query, item_emb, SINGLE).mean()
     multi = multilabel_full_softmax_loss(query, item_emb, MULTI).mean()
-    torch.testing.assert_close(loss_fn(DOT(query), SINGLE, item_emb), single, rtol=1e-6,
-                               atol=1e-6)
-    torch.testing.assert_close(loss_fn(DOT(query), MULTI, item_emb), multi, rtol=1e-6,
-                               atol=1e-6)
+    torch.testing.assert_close(loss_fn(DOT(query), SINGLE, item_emb), single, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(loss_fn(DOT(query), MULTI, item_emb), multi, rtol=1e-6, atol=1e-6)
     loss_fn.exact_positives = False  # the bare estimate is exact too, for one target
-    torch.testing.assert_close(loss_fn(DOT(query), SINGLE, item_emb), single, rtol=1e-6,
-                               atol=1e-6)
+    torch.testing.assert_close(loss_fn(DOT(query), SINGLE, item_emb), single, rtol=1e-6, atol=1e-6)
 
 
 def test_identical_vectors_are_exact() -> None:
@@ -109,8 +114,9 @@ def test_identical_vectors_are_exact() -> None:
     stats = cluster_statistics(items, assignments, 3)
     assert stats.counts.tolist() == [10.0, 10.0, 10.0]
     torch.testing.assert_close(stats.covariances, torch.zeros(3, DIM, DIM, dtype=torch.float64))
-    torch.testing.assert_close(gaussian_log_partition(query, *stats),
-                               torch.logsumexp(query @ items.T, dim=1))
+    torch.testing.assert_close(
+        gaussian_log_partition(query, *stats), torch.logsumexp(query @ items.T, dim=1)
+    )
 
 
 def test_log_space_form_equals_direct_form_in_float64() -> None:
@@ -139,8 +145,7 @@ def test_cluster_statistics_match_per_cluster_reference(monkeypatch) -> None:
     for cluster in (0, 2):
         members = items[assignments == cluster]
         torch.testing.assert_close(stats.means[cluster], members.mean(0))
-        torch.testing.assert_close(stats.covariances[cluster],
-                                   torch.cov(members.T, correction=0))
+        torch.testing.assert_close(stats.covariances[cluster], torch.cov(members.T, correction=0))
     assert not stats.means[1].any() and not stats.covariances[1].any()
     torch.testing.assert_close(stats.means[3], items[-1])
     assert not stats.covariances[3].any()  # a singleton has Omega = 0
@@ -167,13 +172,15 @@ def test_loss_and_gradients_match_the_naive_reference(
     positives: Tensor, exact_positives: bool, grad_through_stats: bool
 ) -> None:
     query, item_emb = _problem()
-    loss_fn = _built(item_emb, 4, exact_positives=exact_positives,
-                     grad_through_stats=grad_through_stats)
+    loss_fn = _built(
+        item_emb, 4, exact_positives=exact_positives, grad_through_stats=grad_through_stats
+    )
     loss = loss_fn(DOT(query), positives, item_emb)
     # Constant statistics: the reference sees a detached table in mu and Omega.
     stats_emb = item_emb if grad_through_stats else item_emb.detach()
-    reference = _naive_losses(query, item_emb, stats_emb, positives, loss_fn.assignments,
-                              exact_positives).mean()
+    reference = _naive_losses(
+        query, item_emb, stats_emb, positives, loss_fn.assignments, exact_positives
+    ).mean()
     # The buffers are float32, so constant statistics agree to float32 precision only.
     tolerance = {} if grad_through_stats else {"rtol": 1e-5, "atol": 1e-5}
     torch.testing.assert_close(loss, reference, **tolerance)
@@ -201,24 +208,33 @@ def test_exact_positives_keep_the_loss_a_cross_entropy() -> None:
     bare = _built(items, 1, exact_positives=False)(DOT(query), torch.tensor([5]), items)
     exact = _built(items, 1)(DOT(query), torch.tensor([5]), items)
     assert bare < 0 <= exact
-    torch.testing.assert_close(exact, full_softmax_loss(query, items, torch.tensor([5]))[0],
-                               rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        exact, full_softmax_loss(query, items, torch.tensor([5]))[0], rtol=1e-6, atol=1e-6
+    )
 
 
 def test_head_temperature_divides_the_query() -> None:
     query, item_emb = _problem()
     loss_fn = _built(item_emb, 4)
     scaled = _built(item_emb, 4)
-    torch.testing.assert_close(scaled(DotHead(temperature=0.5)(query), MULTI, item_emb),
-                               loss_fn(DOT(2 * query), MULTI, item_emb))
+    torch.testing.assert_close(
+        scaled(DotHead(temperature=0.5)(query), MULTI, item_emb),
+        loss_fn(DOT(2 * query), MULTI, item_emb),
+    )
 
 
 def test_statistics_are_buffers_restored_by_state_dict() -> None:
     query, item_emb = _problem(torch.float32)
     first = _built(item_emb, 4, seed=5)
     state = first.state_dict()
-    assert {"counts", "means", "covariances", "clusters.codes", "clusters.codewords",
-            "clusters.num_fits"} <= set(state)
+    assert {
+        "counts",
+        "means",
+        "covariances",
+        "clusters.codes",
+        "clusters.codewords",
+        "clusters.num_fits",
+    } <= set(state)
     assert state["covariances"].shape == (4, DIM, DIM)
     restored = EDRepLoss(num_clusters=4, seed=5)  # never built: buffers take the saved shapes
     restored.load_state_dict(state)
@@ -260,9 +276,11 @@ def test_seqrec_trains_with_edrep_and_resumes_with_its_statistics(compose_config
     assert results["config"]["loss"]["_target_"].endswith("EDRepLoss")
     assert 0.0 <= results["metrics"]["test/ndcg@10"] <= 1.0
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
-    saved = {key.removeprefix("loss."): value
-             for key, value in torch.load(last, weights_only=True)["state_dict"].items()
-             if key.startswith("loss.")}
+    saved = {
+        key.removeprefix("loss."): value
+        for key, value in torch.load(last, weights_only=True)["state_dict"].items()
+        if key.startswith("loss.")
+    }
     assert saved["covariances"].shape == (8, 16, 16)
     assert int(saved["clusters.num_fits"]) == 2  # fit start and the second epoch's refresh
     # Resuming at the end of training must keep the checkpointed statistics, not rebuild them.

@@ -31,8 +31,14 @@ def test_main_returns_and_prints_the_monitored_metric_of_the_best_epoch(
     compose_config, tmp_path: Path, capsys, task: str, data: tuple[str, ...], monitor: str
 ) -> None:
     cfg = compose_config(
-        [f"task={task}", "debug=default", *data, "trainer.max_epochs=2", "sampler=uniform",
-         "sampler.num_negatives=20"]
+        [
+            f"task={task}",
+            "debug=default",
+            *data,
+            "trainer.max_epochs=2",
+            "sampler=uniform",
+            "sampler.num_negatives=20",
+        ]
     )
     assert cfg.optimized_metric == cfg.task.monitor == monitor
 
@@ -46,8 +52,7 @@ def test_main_returns_and_prints_the_monitored_metric_of_the_best_epoch(
 
 def test_optimized_metric_names_the_missing_metric_and_may_be_off(compose_config) -> None:
     results = {"metrics": {"val/ndcg@10": 0.5, "test/ndcg@10": 0.4}}
-    assert cli.optimized_metric(compose_config(["optimized_metric=test/ndcg@10"]), results) \
-        == 0.4
+    assert cli.optimized_metric(compose_config(["optimized_metric=test/ndcg@10"]), results) == 0.4
     assert cli.optimized_metric(compose_config(["optimized_metric=null"]), results) is None
     with pytest.raises(KeyError, match="optimized_metric=val/p@1 is not among"):
         cli.optimized_metric(compose_config(["task=xc"]), results)

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CONF_DIR, ROOT
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
-
-from conftest import CONF_DIR, ROOT
-from recsys_midx.app.evaluate import evaluate
 from trained_runs import TINY_CUSTOM_RUN, train_custom_run
+
+from recsys_midx.app.evaluate import evaluate
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +59,21 @@ def test_a_checkpoint_with_the_training_overrides_gives_the_test_metrics(
 ) -> None:
     root = run_dir.parent
     trained = training_results(run_dir)
-    cfg = eval_config([
-        f"ckpt_path={trained['best_checkpoint']}", f"paths.output_dir={tmp_path}",
-        f"paths.data_dir={root / 'data'}", "dataset=custom",
-        f"dataset.path={root / 'interactions.csv'}", "dataset.columns.user=uid",
-        "dataset.columns.item=sku", "dataset.columns.time=ts", *TINY_CUSTOM_RUN,
-        "sampler=uniform", "sampler.num_negatives=20",
-    ])
+    cfg = eval_config(
+        [
+            f"ckpt_path={trained['best_checkpoint']}",
+            f"paths.output_dir={tmp_path}",
+            f"paths.data_dir={root / 'data'}",
+            "dataset=custom",
+            f"dataset.path={root / 'interactions.csv'}",
+            "dataset.columns.user=uid",
+            "dataset.columns.item=sku",
+            "dataset.columns.time=ts",
+            *TINY_CUSTOM_RUN,
+            "sampler=uniform",
+            "sampler.num_negatives=20",
+        ]
+    )
     results = evaluate(cfg)
     test = {name: value for name, value in trained["metrics"].items() if name.startswith("test/")}
     assert {name: results["metrics"][name] for name in test} == test
@@ -78,7 +86,11 @@ def test_eval_script_writes_results(run_dir: Path, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": path}
     completed = subprocess.run(
         [sys.executable, str(ROOT / "eval.py"), f"run_dir={run_dir}", f"hydra.run.dir={out}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())

@@ -9,13 +9,13 @@ import faiss
 import numpy as np
 import pandas as pd
 import pytest
+from trained_runs import train_custom_run
 
 from recsys_midx import load_run, recommend
-from recsys_midx.heads import MoSHead
 from recsys_midx.app.export import export_items, main
 from recsys_midx.app.recommend import history_queries
 from recsys_midx.app.trained import LoadedRun
-from trained_runs import train_custom_run
+from recsys_midx.heads import MoSHead
 
 pytestmark = pytest.mark.slow
 
@@ -35,8 +35,11 @@ def test_faiss_top_k_equals_exact_top_k_of_the_item_table(run: LoadedRun, tmp_pa
     table = run.module.encoder.item_table.detach()[1:].numpy()
     assert meta["dimension"] == table.shape[1] == 16
     assert meta["num_items"] == len(table) == 40
-    assert (meta["metric"], meta["index_type"], meta["head"]) == ("inner_product", "IndexFlatIP",
-                                                                  "dot")
+    assert (meta["metric"], meta["index_type"], meta["head"]) == (
+        "inner_product",
+        "IndexFlatIP",
+        "dot",
+    )
     assert meta["temperature"] == run.module.head.temperature
     assert meta["run_dir"] == str(run.config.paths.output_dir)
     assert Path(meta["run_dir"]).is_absolute()
@@ -62,7 +65,10 @@ def test_faiss_top_k_equals_exact_top_k_of_the_item_table(run: LoadedRun, tmp_pa
 def test_command_line_exports_a_folder(run_dir: Path, tmp_path: Path) -> None:
     assert main([str(run_dir), "--out", str(tmp_path / "export")]) == 0
     assert sorted(path.name for path in (tmp_path / "export").iterdir()) == [
-        "export.json", "items.faiss", "items.parquet"]
+        "export.json",
+        "items.faiss",
+        "items.parquet",
+    ]
 
 
 def test_mixture_heads_are_refused(run_dir: Path) -> None:

@@ -29,9 +29,23 @@ def test_every_frontier_run_builds_its_sampler_and_loss(compose_config, task):
 
 def test_dry_run_prints_one_command_per_chosen_run(tmp_path):
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "frontier.py"), "--task", "xc", "--dry-run",
-         "--out", str(tmp_path), "--max-minutes", "90", "--only", "full", "uniform-256-shared"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "frontier.py"),
+            "--task",
+            "xc",
+            "--dry-run",
+            "--out",
+            str(tmp_path),
+            "--max-minutes",
+            "90",
+            "--only",
+            "full",
+            "uniform-256-shared",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     lines = done.stdout.splitlines()
     assert len(lines) == 2

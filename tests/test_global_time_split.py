@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hydra.utils import instantiate
 from conftest import TINY_RUN, sampler_overrides
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from recsys_midx.app.experiment import RESULTS_FILE, train
 from recsys_midx.data.datamodule import SeqRecDataModule
 from recsys_midx.data.pipeline import PreparedDataset
 from recsys_midx.data.time_split import GlobalTime, GlobalTimeSplit
-from recsys_midx.app.experiment import RESULTS_FILE, train
 
 # (user, item, timestamp), sorted by user then time as in the processed Parquet. With cut-offs
 # 6 (validation) and 8 (test):
@@ -27,11 +27,20 @@ from recsys_midx.app.experiment import RESULTS_FILE, train
 #   user 4: nothing before 8: not served at all
 #   user 5: nothing before 6: not trained on or validated; test [5] -> 1
 ROWS = [
-    (1, 1, 1), (1, 2, 3), (1, 3, 6), (1, 4, 8), (1, 5, 9),
-    (2, 1, 0), (2, 3, 2), (2, 2, 7),
-    (3, 4, 4), (3, 5, 5),
-    (4, 1, 10), (4, 2, 11),
-    (5, 5, 7), (5, 1, 9),
+    (1, 1, 1),
+    (1, 2, 3),
+    (1, 3, 6),
+    (1, 4, 8),
+    (1, 5, 9),
+    (2, 1, 0),
+    (2, 3, 2),
+    (2, 2, 7),
+    (3, 4, 4),
+    (3, 5, 5),
+    (4, 1, 10),
+    (4, 2, 11),
+    (5, 5, 7),
+    (5, 1, 9),
 ]
 NUM_ITEMS = 5
 
@@ -39,8 +48,12 @@ NUM_ITEMS = 5
 def _dataset(rows: list[tuple[int, int, int]], stats: dict | None = None) -> PreparedDataset:
     frame = pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"])
     return PreparedDataset(
-        name="toy", directory=Path("."), interactions=frame,
-        num_users=int(frame["user_id"].max()), num_items=NUM_ITEMS, stats=stats or {},
+        name="toy",
+        directory=Path("."),
+        interactions=frame,
+        num_users=int(frame["user_id"].max()),
+        num_items=NUM_ITEMS,
+        stats=stats or {},
     )
 
 
@@ -81,9 +94,12 @@ def test_users_without_history_before_the_cutoff_are_not_evaluated() -> None:
     split = GlobalTime(timestamp=8, val_timestamp=6).build(_dataset(ROWS))
     # User 4 has nothing before either cut-off, user 5 nothing before the validation one.
     assert 4 not in split.user_ids.tolist()
-    served = {stage: split.user_ids[np.searchsorted(split.offsets, split.spans(stage).starts,
-                                                      side="right") - 1].tolist()
-              for stage in ("train", "val", "test")}
+    served = {
+        stage: split.user_ids[
+            np.searchsorted(split.offsets, split.spans(stage).starts, side="right") - 1
+        ].tolist()
+        for stage in ("train", "val", "test")
+    }
     assert served == {"train": [1, 2, 3], "val": [1, 2], "test": [1, 5]}
 
 
@@ -112,11 +128,13 @@ def _reference(rows, val_cutoff: int, test_cutoff: int) -> dict[str, list]:
 def test_random_interactions_follow_the_protocol(seed: int) -> None:
     rng = np.random.default_rng(seed)
     num_rows = 400
-    frame = pd.DataFrame({
-        "user_id": rng.integers(1, 40, num_rows),
-        "item_id": rng.integers(1, NUM_ITEMS + 1, num_rows),
-        "timestamp": rng.integers(0, 100, num_rows),  # ties included
-    }).sort_values(["user_id", "timestamp"], kind="stable")
+    frame = pd.DataFrame(
+        {
+            "user_id": rng.integers(1, 40, num_rows),
+            "item_id": rng.integers(1, NUM_ITEMS + 1, num_rows),
+            "timestamp": rng.integers(0, 100, num_rows),  # ties included
+        }
+    ).sort_values(["user_id", "timestamp"], kind="stable")
     rows = list(frame.itertuples(index=False, name=None))
     split = GlobalTime(quantile=0.85, val_quantile=0.7).build(_dataset(rows))
     times = np.sort(frame["timestamp"].to_numpy())
@@ -128,14 +146,16 @@ def test_random_interactions_follow_the_protocol(seed: int) -> None:
     for stage in ("val", "test"):
         assert list(zip(_slices(split, stage), _targets(split, stage))) == expected[stage]
     trained = [item for sequence in expected["train"] for item in sequence]
-    assert split.train_item_counts().tolist() == np.bincount(
-        trained, minlength=NUM_ITEMS + 1).tolist()
+    assert (
+        split.train_item_counts().tolist() == np.bincount(trained, minlength=NUM_ITEMS + 1).tolist()
+    )
 
 
 def test_row_order_is_the_time_without_a_time_column(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="recsys_midx.data.time_split"):
         GlobalTime(timestamp=8, val_timestamp=6).build(
-            _dataset(ROWS, stats={"timestamp": "row position"}))
+            _dataset(ROWS, stats={"timestamp": "row position"})
+        )
     assert "row order is taken as time" in caplog.text
 
 
@@ -167,8 +187,9 @@ def test_bad_quantile_fails_before_any_data_is_read(
 
 def test_split_config_builds_the_data_module(compose_config: Callable[..., DictConfig]) -> None:
     default = instantiate(compose_config([*TINY_RUN]).task.datamodule)
-    chosen = instantiate(compose_config([*TINY_RUN, "split=global_time",
-                                         "split.timestamp=1000"]).task.datamodule)
+    chosen = instantiate(
+        compose_config([*TINY_RUN, "split=global_time", "split.timestamp=1000"]).task.datamodule
+    )
     assert isinstance(default, SeqRecDataModule) and isinstance(chosen, SeqRecDataModule)
     assert type(default.splitter).__name__ == "LeaveOneOut"
     assert chosen.splitter == GlobalTime(quantile=0.9, timestamp=1000, val_quantile=0.8)
@@ -177,8 +198,15 @@ def test_split_config_builds_the_data_module(compose_config: Callable[..., DictC
 def test_training_with_a_global_time_split_writes_test_metrics(
     compose_config: Callable[..., DictConfig], tmp_path: Path
 ) -> None:
-    cfg = compose_config([*TINY_RUN, *sampler_overrides("midx"), "split=global_time",
-                          "split.quantile=0.9", "split.val_quantile=0.8"])
+    cfg = compose_config(
+        [
+            *TINY_RUN,
+            *sampler_overrides("midx"),
+            "split=global_time",
+            "split.quantile=0.9",
+            "split.val_quantile=0.8",
+        ]
+    )
     results = train(cfg)
     assert 0.0 <= results["metrics"]["test/ndcg@10"] <= 1.0
     written = json.loads((tmp_path / "run" / RESULTS_FILE).read_text())

@@ -13,9 +13,9 @@ import os
 import faiss
 import pytest
 import torch
-
 from conftest import TINY_RUN, sampler_overrides
 from goodness_of_fit import chi_square_pvalue
+
 from recsys_midx.app.experiment import train
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import SoftmaxLoss, full_softmax_loss
@@ -59,8 +59,10 @@ def test_midx_built_on_device_matches_cpu(variant):
         # A faiss GPU build assigns k-means points on the GPU: other rounding, other codewords,
         # but a quantisation as good as the host's.
         errors = [
-            (table[1:].to(s.codebooks.codes.device)
-             - s.codebooks.reconstruct(s.codebooks.codes)).square().sum().item()
+            (table[1:].to(s.codebooks.codes.device) - s.codebooks.reconstruct(s.codebooks.codes))
+            .square()
+            .sum()
+            .item()
             for s in (on_cpu, on_device)
         ]
         assert errors[1] == pytest.approx(errors[0], rel=0.05)
@@ -103,8 +105,9 @@ def test_query_independent_samplers_on_device(sampler_class):
     generator = torch.Generator(device=DEVICE).manual_seed(0)
     ids, log_q = sampler.sample(_queries(1).to(DEVICE), 50_000, generator=generator)
     assert ids.device.type == DEVICE.type
-    torch.testing.assert_close(log_q.cpu(), log_q_cpu[0, ids.cpu()[0] - 1].view(1, -1),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        log_q.cpu(), log_q_cpu[0, ids.cpu()[0] - 1].view(1, -1), atol=1e-5, rtol=1e-5
+    )
     assert chi_square_pvalue(ids.cpu(), log_q_cpu.exp()) > 1e-3
 
 
@@ -155,8 +158,14 @@ def test_target_ranks_on_device_with_host_table_match_cpu():
 def test_training_run_on_the_accelerator(compose_config, tmp_path):
     accelerator = "gpu" if DEVICE.type == "cuda" else "cpu"
     overrides = [o for o in TINY_RUN if not o.startswith("trainer.accelerator")]
-    cfg = compose_config([*overrides, *sampler_overrides("midx"), "trainer=gpu",
-                          f"trainer.accelerator={accelerator}"])
+    cfg = compose_config(
+        [
+            *overrides,
+            *sampler_overrides("midx"),
+            "trainer=gpu",
+            f"trainer.accelerator={accelerator}",
+        ]
+    )
     results = train(cfg)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["metrics"] == pytest.approx(results["metrics"])

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from goodness_of_fit import chi_square_pvalue
 from torch import Tensor
 
-from goodness_of_fit import chi_square_pvalue
 from recsys_midx.heads import (
     DotHead,
     Head,
@@ -220,11 +220,13 @@ def test_exact_loss_matches_a_dense_reference_with_gradients(name: str) -> None:
     loss_fn = SoftmaxLoss(chunk_size=7)
     loss = loss_fn(head(query), targets, item_emb, FullSampler(NUM_ITEMS))
     reference = -_dense_log_probs(head, query, item_emb, 0.7)[
-        torch.arange(len(targets)), targets - 1].mean()
+        torch.arange(len(targets)), targets - 1
+    ].mean()
     leaves = [query, item_emb, *head.parameters()]
     torch.testing.assert_close(loss, reference)
-    for actual, wanted in zip(torch.autograd.grad(loss, leaves),
-                              torch.autograd.grad(reference, leaves)):
+    for actual, wanted in zip(
+        torch.autograd.grad(loss, leaves), torch.autograd.grad(reference, leaves)
+    ):
         torch.testing.assert_close(actual, wanted)
 
 
@@ -234,7 +236,8 @@ def test_multilabel_exact_loss_matches_a_dense_reference(name: str) -> None:
     query, item_emb, _ = _problem(torch.float64, num_queries=4)
     positives = torch.tensor([[3, 7, 0], [7, 0, 0], [1, 2, 40], [5, 9, 0]])
     loss = MultiLabelSoftmaxLoss(chunk_size=5)(
-        head(query), positives, item_emb, FullSampler(NUM_ITEMS))
+        head(query), positives, item_emb, FullSampler(NUM_ITEMS)
+    )
     queries, log_prior = head.queries(query)
     z = queries if queries.dim() == 3 else queries[:, None]
     scores = head.transform(z @ item_emb[1:].T)  # [Q, K, N]
@@ -249,8 +252,9 @@ def test_multilabel_exact_loss_matches_a_dense_reference(name: str) -> None:
     reference = -torch.stack(terms).mean()
     torch.testing.assert_close(loss, reference)
     leaves = [query, item_emb, *head.parameters()]
-    for actual, wanted in zip(torch.autograd.grad(loss, leaves),
-                              torch.autograd.grad(reference, leaves)):
+    for actual, wanted in zip(
+        torch.autograd.grad(loss, leaves), torch.autograd.grad(reference, leaves)
+    ):
         torch.testing.assert_close(actual, wanted)
 
 
@@ -272,8 +276,10 @@ def test_exact_loss_keeps_no_catalog_sized_scores_for_backward(name: str) -> Non
         sizes.append(tensor.numel())
         return tensor
 
-    for loss_fn, labels in ((SoftmaxLoss(chunk_size=chunk_size), targets),
-                            (MultiLabelSoftmaxLoss(chunk_size=chunk_size), positives)):
+    for loss_fn, labels in (
+        (SoftmaxLoss(chunk_size=chunk_size), targets),
+        (MultiLabelSoftmaxLoss(chunk_size=chunk_size), positives),
+    ):
         sizes.clear()
         with torch.autograd.graph.saved_tensors_hooks(record, lambda tensor: tensor):
             loss = loss_fn(head(query), labels, item_emb, FullSampler(num_items))
@@ -290,16 +296,20 @@ def test_sampled_loss_over_the_whole_catalog_drawn_uniformly_is_exact(name: str)
     queries, log_prior = head.queries(query)
     neg_ids = torch.arange(1, NUM_ITEMS + 1).expand(len(targets), -1)
     log_q = torch.full(neg_ids.shape, -math.log(NUM_ITEMS), dtype=torch.float64)
-    sampled = head_sampled_softmax_loss(queries, log_prior, item_emb, targets, neg_ids, log_q,
-                                        log_q[:, 0], head.transform)
+    sampled = head_sampled_softmax_loss(
+        queries, log_prior, item_emb, targets, neg_ids, log_q, log_q[:, 0], head.transform
+    )
     exact = head_full_softmax_loss(queries, log_prior, item_emb, targets, head.transform, 9)
     torch.testing.assert_close(sampled, exact)
-    positives = torch.tensor([[1, 2, 0], [3, 0, 0], [4, 5, 6], [7, 0, 0], [8, 9, 0],
-                              [10, 0, 0], [11, 40, 0]])
+    positives = torch.tensor(
+        [[1, 2, 0], [3, 0, 0], [4, 5, 6], [7, 0, 0], [8, 9, 0], [10, 0, 0], [11, 40, 0]]
+    )
     sampled = multilabel_head_sampled_softmax_loss(
-        queries, log_prior, item_emb, positives, neg_ids, log_q, log_q[:, :3], head.transform)
+        queries, log_prior, item_emb, positives, neg_ids, log_q, log_q[:, :3], head.transform
+    )
     exact = multilabel_head_full_softmax_loss(
-        queries, log_prior, item_emb, positives, head.transform, 9)
+        queries, log_prior, item_emb, positives, head.transform, 9
+    )
     torch.testing.assert_close(sampled, exact)
 
 
@@ -316,8 +326,7 @@ def test_mixture_negatives_follow_the_equal_weight_mixture_of_component_proposal
     drawn = draw_mixture_negatives(sampler, queries, torch.ones(contexts, dtype=torch.long))
     assert drawn.ids.shape == (contexts, 6)  # ceil(6 / 3) = 2 draws per component
     all_ids = torch.arange(1, num_items + 1)[None]
-    per_component = torch.stack([sampler.log_prob(z[None], all_ids)[0]
-                                 for z in component_queries])
+    per_component = torch.stack([sampler.log_prob(z[None], all_ids)[0] for z in component_queries])
     mixture = torch.logsumexp(per_component, 0) - math.log(components)  # [N]
     torch.testing.assert_close(drawn.log_q, mixture[drawn.ids - 1])
     torch.testing.assert_close(drawn.positive_log_q, mixture[0].expand(contexts))
@@ -337,8 +346,16 @@ def test_mos_sampled_loss_through_the_objective_uses_shared_negatives() -> None:
     queries, log_prior = head.queries(query)
     drawn = draw_mixture_negatives(UniformSampler(NUM_ITEMS, 10), queries, targets)
     assert drawn.ids.shape == (len(targets), 12)
-    expected = head_sampled_softmax_loss(queries, log_prior, item_emb, targets, drawn.ids,
-                                         drawn.log_q, drawn.positive_log_q, torch.nn.Identity())
+    expected = head_sampled_softmax_loss(
+        queries,
+        log_prior,
+        item_emb,
+        targets,
+        drawn.ids,
+        drawn.log_q,
+        drawn.positive_log_q,
+        torch.nn.Identity(),
+    )
     torch.testing.assert_close(loss, expected.mean())
     loss.backward()
     assert all(p.grad is not None for p in head.parameters())
@@ -411,16 +428,21 @@ def test_dot_head_takes_the_plain_code_path_bit_for_bit() -> None:
     sampled = loss_fn(head(query), targets, item_emb, sampler)
     torch.manual_seed(12)
     drawn = draw_negatives(sampler, z, targets)
-    expected = sampled_softmax_loss(z, item_emb, targets, drawn.ids, drawn.log_q,
-                                    drawn.positive_log_q).mean()
+    expected = sampled_softmax_loss(
+        z, item_emb, targets, drawn.ids, drawn.log_q, drawn.positive_log_q
+    ).mean()
     assert torch.equal(sampled, expected)
 
 
 def test_heads_with_their_own_lr_get_their_own_optimizer_group() -> None:
     plif = PLIFHead(num_knots=50, lr=0.05)
-    module = SeqRecModule(SASRec(num_items=NUM_ITEMS, dim=8, max_len=5), plif,
-                          UniformSampler(NUM_ITEMS, 10),
-                          SoftmaxLoss(), functools.partial(torch.optim.Adam, lr=1e-3))
+    module = SeqRecModule(
+        SASRec(num_items=NUM_ITEMS, dim=8, max_len=5),
+        plif,
+        UniformSampler(NUM_ITEMS, 10),
+        SoftmaxLoss(),
+        functools.partial(torch.optim.Adam, lr=1e-3),
+    )
     optimizer = module.configure_optimizers()
     assert [group["lr"] for group in optimizer.param_groups] == [1e-3, 0.05]
     assert optimizer.param_groups[1]["params"] == [plif.raw_slopes]
@@ -447,6 +469,10 @@ def test_heads_reject_bad_arguments() -> None:
             make()
     # A loss refuses, when the module is built, a head it cannot use.
     with pytest.raises(TypeError, match="head=mos cannot be used with loss=edrep"):
-        SeqRecModule(SASRec(num_items=NUM_ITEMS, dim=8, max_len=5), MoSHead(8),
-                     UniformSampler(NUM_ITEMS, 10), EDRepLoss(),
-                     functools.partial(torch.optim.Adam, lr=1e-3))
+        SeqRecModule(
+            SASRec(num_items=NUM_ITEMS, dim=8, max_len=5),
+            MoSHead(8),
+            UniformSampler(NUM_ITEMS, 10),
+            EDRepLoss(),
+            functools.partial(torch.optim.Adam, lr=1e-3),
+        )

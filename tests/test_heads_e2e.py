@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
-
 from conftest import TINY_RUN, sampler_overrides
-from recsys_midx.app.experiment import build, train
 from test_xc_e2e import TINY_XC_RUN
+
+from recsys_midx.app.experiment import build, train
 
 HEADS = {
     "dot": "DotHead",
@@ -51,8 +51,17 @@ def test_every_head_trains_on_both_tasks(compose_config, tmp_path, head, task, s
 
 @pytest.mark.slow
 def test_plif_slopes_train_at_their_own_learning_rate(compose_config) -> None:
-    cfg = compose_config([*TINY_RUN, *sampler_overrides("uniform"), *FEW_STEPS, "head=plif",
-                          "head.lr=0.05", "head.num_knots=200", "head.bound=10"])
+    cfg = compose_config(
+        [
+            *TINY_RUN,
+            *sampler_overrides("uniform"),
+            *FEW_STEPS,
+            "head=plif",
+            "head.lr=0.05",
+            "head.num_knots=200",
+            "head.bound=10",
+        ]
+    )
     experiment = build(cfg)
     optimizer = experiment.module.configure_optimizers()
     assert [group["lr"] for group in optimizer.param_groups] == [0.001, 0.05]

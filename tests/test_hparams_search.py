@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
-
 from conftest import CONF_DIR, ROOT, TINY_RUN
+from hydra import compose, initialize_config_dir
 
 SEARCHED = ("task.module.optimizer.lr", "model.dim", "sampler.num_negatives")
 
@@ -36,11 +35,23 @@ def test_tiny_search_writes_the_best_trial(tmp_path: Path) -> None:
     # The catalog has 80 items: sizes chosen on the command line replace the preset's choices.
     tiny = [override for override in TINY_RUN if not override.startswith("model.dim=")]
     done = subprocess.run(
-        [sys.executable, "train.py", "-m", "hparams_search=optuna", "hydra.sweeper.n_trials=2",
-         "model.dim=choice(8,16)", "sampler.num_negatives=choice(10,20)",
-         "sampler.num_codewords=8", *tiny, f"paths.data_dir={tmp_path / 'data'}",
-         f"hydra.sweep.dir={sweep_dir}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "train.py",
+            "-m",
+            "hparams_search=optuna",
+            "hydra.sweeper.n_trials=2",
+            "model.dim=choice(8,16)",
+            "sampler.num_negatives=choice(10,20)",
+            "sampler.num_codewords=8",
+            *tiny,
+            f"paths.data_dir={tmp_path / 'data'}",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -49,8 +60,10 @@ def test_tiny_search_writes_the_best_trial(tmp_path: Path) -> None:
     trials = [json.loads(path.read_text()) for path in sorted(sweep_dir.glob("*/results.json"))]
     assert len(trials) == 2
     # The study maximises the metric train.py returns (optimized_metric).
-    returned = [trial["metrics"][trial["config"].get("optimized_metric", "test/ndcg@10")]
-                for trial in trials]
+    returned = [
+        trial["metrics"][trial["config"].get("optimized_metric", "test/ndcg@10")]
+        for trial in trials
+    ]
     assert best["best_value"] == pytest.approx(max(returned))
     for trial in trials:
         config = trial["config"]

@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 CASES = [
@@ -32,13 +31,22 @@ CASES = [
     ("recsys_midx.scoring", "faiss"),
     # Inference, analysis and sweep reports hold algorithms usable without the training stack:
     # only the commands (recsys_midx.app) and lit/ load Lightning and Hydra.
-    *((package, framework)
-      for package in ("recsys_midx.inference", "recsys_midx.analysis", "recsys_midx.reports")
-      for framework in ("lightning", "hydra")),
+    *(
+        (package, framework)
+        for package in ("recsys_midx.inference", "recsys_midx.analysis", "recsys_midx.reports")
+        for framework in ("lightning", "hydra")
+    ),
     # No package below the commands imports them.
-    *((package, "recsys_midx.app")
-      for package in ("recsys_midx.lit", "recsys_midx.data", "recsys_midx.inference",
-                      "recsys_midx.analysis", "recsys_midx.reports")),
+    *(
+        (package, "recsys_midx.app")
+        for package in (
+            "recsys_midx.lit",
+            "recsys_midx.data",
+            "recsys_midx.inference",
+            "recsys_midx.analysis",
+            "recsys_midx.reports",
+        )
+    ),
 ]
 
 _LIST_MODULES = (
@@ -51,19 +59,29 @@ _LIST_MODULES = (
 def _modules_loaded_by(package: str) -> frozenset[str]:
     """Every module in ``sys.modules`` after importing ``package`` in a fresh interpreter (one
     interpreter per package, shared by its cases), with this checkout first on the path."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     completed = subprocess.run(
-        [sys.executable, "-c", _LIST_MODULES, package], cwd=ROOT, env=env, capture_output=True,
-        text=True, check=False, timeout=120,
+        [sys.executable, "-c", _LIST_MODULES, package],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     return frozenset(json.loads(completed.stdout.splitlines()[-1]))
 
 
 def _loaded(package: str, module: str) -> list[str]:
-    return sorted(name for name in _modules_loaded_by(package)
-                  if name == module or name.startswith(module + "."))
+    return sorted(
+        name
+        for name in _modules_loaded_by(package)
+        if name == module or name.startswith(module + ".")
+    )
 
 
 @pytest.mark.parametrize(("package", "unloaded"), CASES)

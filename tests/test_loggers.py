@@ -12,13 +12,13 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from conftest import CONF_DIR, TINY_RUN, sampler_overrides
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from recsys_midx.app.experiment import train
 from recsys_midx.app.loggers import INSTALL_HINT, check_logger_packages
-from conftest import CONF_DIR, TINY_RUN, sampler_overrides
 
 #: What every logger must receive: the validation metric and the sampler's diagnostics
 #: (recsys_midx.lit.callbacks.SamplerRefresh logs these through trainer.loggers).
@@ -48,8 +48,9 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("choice", sorted(LOGGER_ENTRIES))
-def test_logger_choice_composes_its_entries(compose_config: Callable[..., DictConfig],
-                                            choice: str) -> None:
+def test_logger_choice_composes_its_entries(
+    compose_config: Callable[..., DictConfig], choice: str
+) -> None:
     cfg = compose_config([f"logger={choice}"])
     assert set(cfg.logger or {}) == LOGGER_ENTRIES[choice]
     for logger in (cfg.logger or {}).values():
@@ -68,12 +69,19 @@ def test_offline_settings(compose_config: Callable[..., DictConfig]) -> None:
 
 @pytest.mark.parametrize(
     ("choice", "module", "package"),
-    [("tensorboard", "tensorboard", "tensorboard"), ("mlflow", "mlflow", "mlflow-skinny"),
-     ("mlflow", "sqlalchemy", "sqlalchemy"), ("wandb", "wandb", "wandb")],
+    [
+        ("tensorboard", "tensorboard", "tensorboard"),
+        ("mlflow", "mlflow", "mlflow-skinny"),
+        ("mlflow", "sqlalchemy", "sqlalchemy"),
+        ("wandb", "wandb", "wandb"),
+    ],
 )
 def test_missing_library_is_named_with_the_install_command(
-    compose_config: Callable[..., DictConfig], monkeypatch: pytest.MonkeyPatch, choice: str,
-    module: str, package: str,
+    compose_config: Callable[..., DictConfig],
+    monkeypatch: pytest.MonkeyPatch,
+    choice: str,
+    module: str,
+    package: str,
 ) -> None:
     cfg = compose_config([f"logger={choice}"])
     check_logger_packages(cfg)  # installed: nothing to say
@@ -91,13 +99,17 @@ def test_missing_library_names_the_choice_under_hydra(monkeypatch: pytest.Monkey
     monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # restored after the test
     HydraConfig.instance().set_config(cfg)
     monkeypatch.setitem(sys.modules, "mlflow", None)
-    with pytest.raises(ModuleNotFoundError, match=r"^logger=many \(its mlflow entry\) needs the "
-                       r"mlflow-skinny package: pip install \"recsys_midx\[loggers\]\"$"):
+    with pytest.raises(
+        ModuleNotFoundError,
+        match=r"^logger=many \(its mlflow entry\) needs the "
+        r"mlflow-skinny package: pip install \"recsys_midx\[loggers\]\"$",
+    ):
         check_logger_packages(cfg)
 
 
-def test_csv_and_no_logger_need_nothing(compose_config: Callable[..., DictConfig],
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_csv_and_no_logger_need_nothing(
+    compose_config: Callable[..., DictConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for module in ("tensorboard", "tensorboardX", "mlflow", "wandb"):
         monkeypatch.setitem(sys.modules, module, None)
     check_logger_packages(compose_config(["logger=csv"]))
@@ -105,7 +117,9 @@ def test_csv_and_no_logger_need_nothing(compose_config: Callable[..., DictConfig
 
 
 def test_missing_library_stops_the_run_before_any_work(
-    compose_config: Callable[..., DictConfig], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    compose_config: Callable[..., DictConfig],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     cfg = compose_config(["logger=wandb", *TINY_RUN])
     monkeypatch.setitem(sys.modules, "wandb", None)
@@ -128,8 +142,7 @@ def _tensorboard_metrics(run_dir: Path) -> dict[str, list[float]]:
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
-    return {tag: [event.value for event in events.Scalars(tag)]
-            for tag in events.Tags()["scalars"]}
+    return {tag: [event.value for event in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
 def _mlflow_metrics(run_dir: Path) -> dict[str, list[float]]:
@@ -140,8 +153,9 @@ def _mlflow_metrics(run_dir: Path) -> dict[str, list[float]]:
     (run,) = client.search_runs([experiment.experiment_id])
     # MLflow keeps only letters, digits and _ / . - and space in a name: val/ndcg@10 -> val/ndcg10.
     return {
-        "val/ndcg@10" if name == "val/ndcg10" else name:
-            [metric.value for metric in client.get_metric_history(run.info.run_id, name)]
+        "val/ndcg@10" if name == "val/ndcg10" else name: [
+            metric.value for metric in client.get_metric_history(run.info.run_id, name)
+        ]
         for name in run.data.metrics
     }
 
@@ -152,8 +166,11 @@ def _wandb_metrics(run_dir: Path, summary: dict[str, object]) -> dict[str, list[
     (offline_run,) = (run_dir / "wandb").glob("offline-run-*")
     (records,) = offline_run.glob("run-*.wandb")
     data = records.read_bytes()
-    return {name: [float(value)] for name, value in summary.items()
-            if isinstance(value, (int, float)) and name.encode() in data}
+    return {
+        name: [float(value)]
+        for name, value in summary.items()
+        if isinstance(value, (int, float)) and name.encode() in data
+    }
 
 
 #: Reads the metrics a logger entry wrote under the run directory: name -> logged values.

@@ -243,16 +243,16 @@ def test_temperature_scales_logits(make_sampler) -> None:
     torch.manual_seed(0)
     scaled = SoftmaxLoss()(DotHead(temperature)(query), targets, item_emb, make_sampler())
     torch.manual_seed(0)
-    reference = SoftmaxLoss()(DotHead(1.0)(query / temperature), targets, item_emb,
-                              make_sampler())
+    reference = SoftmaxLoss()(DotHead(1.0)(query / temperature), targets, item_emb, make_sampler())
     torch.testing.assert_close(scaled, reference)
 
 
 def test_sampler_gets_the_scaled_detached_float32_query() -> None:
     query, item_emb, targets = _problem()
     sampler = _RecordingSampler()
-    SoftmaxLoss()(DotHead(temperature=0.25)(query.bfloat16()), targets, item_emb.bfloat16(),
-                  sampler)
+    SoftmaxLoss()(
+        DotHead(temperature=0.25)(query.bfloat16()), targets, item_emb.bfloat16(), sampler
+    )
     assert len(sampler.seen) == 2
     for seen in sampler.seen:
         assert seen.dtype == torch.float32 and not seen.requires_grad
@@ -263,4 +263,3 @@ def test_head_rejects_bad_temperature() -> None:
     for temperature in (0.0, -1.0, float("inf")):
         with pytest.raises(ValueError, match="temperature"):
             DotHead(temperature)
-

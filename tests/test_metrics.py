@@ -11,9 +11,7 @@ from recsys_midx.metrics import ranking as ranking_module
 
 # Five items in two dimensions; row 0 is padding. Query (1, 0) scores items by their first
 # coordinate (0.5, 2, 1, -1, 3), query (0, 1) by their second (4, 1, 3, 2, 0).
-ITEMS = torch.tensor(
-    [[0.0, 0.0], [0.5, 4.0], [2.0, 1.0], [1.0, 3.0], [-1.0, 2.0], [3.0, 0.0]]
-)
+ITEMS = torch.tensor([[0.0, 0.0], [0.5, 4.0], [2.0, 1.0], [1.0, 3.0], [-1.0, 2.0], [3.0, 0.0]])
 X_QUERY, Y_QUERY = [1.0, 0.0], [0.0, 1.0]
 
 

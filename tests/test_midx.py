@@ -9,12 +9,11 @@ import faiss
 import numpy as np
 import pytest
 import torch
-
 from goodness_of_fit import chi_square_pvalue
 
+from recsys_midx.index import Codebooks, ProductCodebooks, ResidualCodebooks
 from recsys_midx.samplers.base import Sampler
 from recsys_midx.samplers.cell_draws import factorised_masses
-from recsys_midx.index import Codebooks, ProductCodebooks, ResidualCodebooks
 from recsys_midx.samplers.diagnostics import proposal_divergence
 from recsys_midx.samplers.midx import MIDXSampler
 
@@ -114,9 +113,7 @@ def _without_table_draws(sampler: MIDXSampler) -> MIDXSampler:
 @pytest.mark.parametrize(
     "name", ["midx", "midx_rq_pop", "midx_dense", "midx_rq_pop_dense", "midx_top"]
 )
-def test_two_stage_draws_follow_reported_log_q(
-    catalog: dict[str, torch.Tensor], name: str
-) -> None:
+def test_two_stage_draws_follow_reported_log_q(catalog: dict[str, torch.Tensor], name: str) -> None:
     # k_1 from its marginal, then k_2 | k_1, on the sparse 16x16 and the dense 8x8 grids.
     sampler = _without_table_draws(_built(catalog, **CONFIGS[name], cell_draw="two_stage"))
     assert sampler.is_dense == name.endswith("_dense")
@@ -462,7 +459,8 @@ def test_invalid_configurations(catalog: dict[str, torch.Tensor]) -> None:
         MIDXSampler(NUM_ITEMS, 20, num_codewords=8, exact_top_codewords=-1)
     for weight in (0.0, 1.0):
         with pytest.raises(ValueError, match="exact-top weight"):
-            MIDXSampler(NUM_ITEMS, 20, num_codewords=8, exact_top_codewords=2,
-                        exact_top_weight=weight)
+            MIDXSampler(
+                NUM_ITEMS, 20, num_codewords=8, exact_top_codewords=2, exact_top_weight=weight
+            )
     with pytest.raises(ValueError, match="num_codewords"):
         ProductCodebooks(num_codewords=64).fit(torch.randn(10, 4))

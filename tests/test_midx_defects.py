@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.samplers import MIDXSampler

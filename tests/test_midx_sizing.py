@@ -39,7 +39,11 @@ def test_items_scored_per_query_grow_with_the_catalog_without_a_jump():
     # Just past twice the budget the top cells hold under one item, not half the catalog.
     assert _scored_per_query(1_800) == 0 and 0 < _scored_per_query(1_801) < 1
     assert [top_codewords_for_budget(900, n, 64, 2) for n in (1_801, 1_900, 2_500, 3_600)] == [
-        1, 10, 23, 32]
+        1,
+        10,
+        23,
+        32,
+    ]
     # Neighbouring catalogs differ by at most one t step, under 2% of these catalogs, and the
     # scored share stays within a quarter of the catalog and the budget.
     assert max(abs(b - a) for a, b in zip(scored, scored[1:])) < 64
@@ -60,8 +64,7 @@ def test_sampler_sizes_its_top_cells_from_the_catalog_unless_told():
     assert sized.exact_top is not None and sized.exact_top.top_codewords == 5
     assert sized.prefers_exact_positives
 
-    explicit = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=2,
-                           exact_top_items=200)
+    explicit = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=2, exact_top_items=200)
     assert explicit.exact_top_codewords == 2 and explicit.prefers_exact_positives
     off = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=None, exact_top_items=0)
     assert off.exact_top is None and not off.prefers_exact_positives
@@ -72,8 +75,9 @@ def test_sampler_sizes_its_top_cells_from_the_catalog_unless_told():
 
 def test_sized_proposal_draws_follow_its_log_q():
     catalog = torch.randn(2_001, 8, generator=torch.Generator().manual_seed(0))
-    sampler = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=None,
-                          exact_top_items=200)
+    sampler = MIDXSampler(
+        2_000, 10, num_codewords=16, exact_top_codewords=None, exact_top_items=200
+    )
     sampler.update(catalog)
     query = torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
     ids, log_q = sampler.sample(query, 50, generator=torch.Generator().manual_seed(2))
@@ -104,7 +108,10 @@ def test_configured_midx_is_sized_from_the_catalog(compose_config):
 
     assert sampler.exact_top_codewords == 6
     assert instantiate(cfg.loss).counts_positives_exactly(sampler)
-    assert instantiate(compose_config(["sampler=midx_exact"]).sampler, num_items=1_000).exact_top is None
+    assert (
+        instantiate(compose_config(["sampler=midx_exact"]).sampler, num_items=1_000).exact_top
+        is None
+    )
 
 
 @pytest.mark.parametrize("items_per_query", [0, 3, 400])
@@ -114,8 +121,9 @@ def test_top_cell_scores_are_the_dot_products_at_each_querys_positions(items_per
     generator = torch.Generator().manual_seed(0)
     table = torch.randn(500, 8, generator=generator)
     z = torch.randn(4, 8, generator=generator)
-    positions = torch.cat([torch.randperm(500, generator=generator)[:items_per_query].sort().values
-                           for _ in range(4)])
+    positions = torch.cat(
+        [torch.randperm(500, generator=generator)[:items_per_query].sort().values for _ in range(4)]
+    )
     per_query = torch.full((4,), items_per_query)
     offsets = torch.cat([per_query.new_zeros(1), per_query.cumsum(0)])
 

@@ -6,7 +6,9 @@ import torch
 from recsys_midx.models import GRU4Rec, SASRec
 
 ENCODERS = {
-    "sasrec": lambda: SASRec(num_items=50, dim=16, num_layers=2, num_heads=2, dropout=0.0, max_len=8),
+    "sasrec": lambda: SASRec(
+        num_items=50, dim=16, num_layers=2, num_heads=2, dropout=0.0, max_len=8
+    ),
     "gru4rec": lambda: GRU4Rec(num_items=50, dim=16, hidden_size=24, dropout=0.0, max_len=8),
 }
 
@@ -58,12 +60,15 @@ def test_heads_must_divide_dim():
         SASRec(num_items=10, dim=10, num_heads=3)
 
 
-RECBOLE_BLOCK = dict(norm="post", input_norm=True, scale_embeddings=False,
-                     position_origin="first", ffn_dropout=False)
+RECBOLE_BLOCK = dict(
+    norm="post", input_norm=True, scale_embeddings=False, position_origin="first", ffn_dropout=False
+)
 
 
-@pytest.mark.parametrize("options", [{}, RECBOLE_BLOCK, dict(norm="post"),
-                                     dict(position_origin="first", attention_dropout=0.5)])
+@pytest.mark.parametrize(
+    "options",
+    [{}, RECBOLE_BLOCK, dict(norm="post"), dict(position_origin="first", attention_dropout=0.5)],
+)
 def test_sasrec_last_query_alone_equals_the_last_position_of_every_query(options) -> None:
     torch.manual_seed(0)
     model = SASRec(num_items=50, dim=16, num_heads=2, max_len=8, **options).eval()
@@ -80,8 +85,12 @@ def test_gru4rec_last_query_is_its_last_position() -> None:
 
 def test_sasrec_positions_from_the_first_item_ignore_the_amount_of_padding() -> None:
     torch.manual_seed(0)
-    counted_from = {origin: SASRec(num_items=50, dim=16, num_heads=2, dropout=0.0, max_len=8,
-                                   position_origin=origin).eval() for origin in ("first", "last")}
+    counted_from = {
+        origin: SASRec(
+            num_items=50, dim=16, num_heads=2, dropout=0.0, max_len=8, position_origin=origin
+        ).eval()
+        for origin in ("first", "last")
+    }
     counted_from["last"].load_state_dict(counted_from["first"].state_dict())
     short, padded = torch.tensor([[0, 0, 0, 5, 6, 7]]), torch.tensor([[0, 0, 0, 0, 0, 5, 6, 7]])
     first = counted_from["first"]
@@ -96,9 +105,12 @@ def test_sasrec_block_options_change_the_parameters_they_name() -> None:
     recbole = SASRec(num_items=50, dim=16, num_heads=2, max_len=8, **RECBOLE_BLOCK)
     names = set(dict(recbole.named_parameters())) ^ set(dict(default.named_parameters()))
     # RecBole's block: an input LayerNorm, no final one (post-norm blocks end with theirs).
-    assert names == {"input_norm.weight", "input_norm.bias", "final_norm.weight",
-                     "final_norm.bias"} | {f"blocks.{b}.ffn.{i}.{p}" for b in (0, 1)
-                                           for i in (2, 3) for p in ("weight", "bias")}
+    assert names == {
+        "input_norm.weight",
+        "input_norm.bias",
+        "final_norm.weight",
+        "final_norm.bias",
+    } | {f"blocks.{b}.ffn.{i}.{p}" for b in (0, 1) for i in (2, 3) for p in ("weight", "bias")}
     assert recbole.embedding_scale == 1.0 and default.embedding_scale == 4.0
 
 

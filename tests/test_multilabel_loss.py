@@ -82,8 +82,9 @@ def test_exact_loss_stays_finite_when_other_positives_take_all_the_mass() -> Non
     item_emb[1] = torch.tensor([60.0, 0.0])  # label 1 dominates the softmax completely
     loss = multilabel_full_softmax_loss(torch.ones(1, 2), item_emb, torch.tensor([[1, 2]]))
     expected_2 = math.log(1 + (NUM_ITEMS - 2))  # label 2 against the 38 other zero scores
-    assert loss.tolist() == pytest.approx([math.log1p((NUM_ITEMS - 2) * math.exp(-60)),
-                                           expected_2], rel=1e-5)
+    assert loss.tolist() == pytest.approx(
+        [math.log1p((NUM_ITEMS - 2) * math.exp(-60)), expected_2], rel=1e-5
+    )
 
 
 def test_whole_catalog_under_uniform_proposal_equals_exact_loss() -> None:
@@ -138,7 +139,11 @@ def test_sampled_loss_computes_bf16_in_float32() -> None:
     query, item_emb = _problem()
     neg_ids, neg_log_q = _whole_catalog(len(POSITIVES))
     loss = multilabel_sampled_softmax_loss(
-        query.bfloat16(), item_emb.bfloat16(), POSITIVES, neg_ids, neg_log_q,
+        query.bfloat16(),
+        item_emb.bfloat16(),
+        POSITIVES,
+        neg_ids,
+        neg_log_q,
         torch.full(POSITIVES.shape, -math.log(NUM_ITEMS)),
     )
     assert loss.dtype == torch.float32 and torch.isfinite(loss).all()
@@ -209,8 +214,9 @@ def test_module_shows_the_sampler_the_positives_and_the_scaled_query() -> None:
 
 def test_module_works_with_in_batch_negatives() -> None:
     query, item_emb = _problem()
-    loss = MultiLabelSoftmaxLoss()(DotHead()(query), POSITIVES, item_emb,
-                                   InBatchSampler(NUM_ITEMS, 8))
+    loss = MultiLabelSoftmaxLoss()(
+        DotHead()(query), POSITIVES, item_emb, InBatchSampler(NUM_ITEMS, 8)
+    )
     assert loss.shape == () and torch.isfinite(loss)
 
 

@@ -67,9 +67,12 @@ def test_midx_refuses_a_diverged_table_and_keeps_its_proposal():
     broken[7, 3] = math.nan
     broken[42] = math.inf
     broken[100] *= 1e30  # k-means would square it to inf (faiss then aborts the process)
-    with pytest.raises(ValueError, match=r"3 item rows with NaN or infinite values or norms "
-                                         r"above 9\.2e\+18 \(first: item 7, norm nan\); the "
-                                         r"model has diverged"):
+    with pytest.raises(
+        ValueError,
+        match=r"3 item rows with NaN or infinite values or norms "
+        r"above 9\.2e\+18 \(first: item 7, norm nan\); the "
+        r"model has diverged",
+    ):
         sampler.update(broken)
     after = sampler.log_prob(query, torch.arange(1, N + 1).expand(Q, -1))
     assert torch.equal(before, after)
@@ -121,18 +124,28 @@ def test_softmax_losses_stay_finite_for_large_norms(scale, autocast):
     pos_log_q = sampler.log_prob(query.detach(), targets[:, None])[:, 0]
 
     exact = (query.double() @ items.double()[1:].T).logsumexp(1) - (
-        query.double() * items.double()[targets]).sum(1)
+        query.double() * items.double()[targets]
+    ).sum(1)
     sampled = _reference_sampled(query, items, targets, neg_ids, neg_log_q, pos_log_q)
     positives = torch.stack([targets, torch.zeros_like(targets)], 1)  # one positive, padded
     with _precision(autocast):
         losses = {
             "full": (full_softmax_loss(query, items, targets, chunk_size=64), exact),
-            "sampled": (sampled_softmax_loss(query, items, targets, neg_ids, neg_log_q,
-                                             pos_log_q), sampled),
-            "multilabel": (multilabel_sampled_softmax_loss(
-                query, items, positives, neg_ids, neg_log_q,
-                torch.stack([pos_log_q, torch.full_like(pos_log_q, -math.inf)], 1),
-            ), None),
+            "sampled": (
+                sampled_softmax_loss(query, items, targets, neg_ids, neg_log_q, pos_log_q),
+                sampled,
+            ),
+            "multilabel": (
+                multilabel_sampled_softmax_loss(
+                    query,
+                    items,
+                    positives,
+                    neg_ids,
+                    neg_log_q,
+                    torch.stack([pos_log_q, torch.full_like(pos_log_q, -math.inf)], 1),
+                ),
+                None,
+            ),
         }
     for name, (loss, reference) in losses.items():
         assert loss.dtype == torch.float32, name

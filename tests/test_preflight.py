@@ -19,30 +19,57 @@ from recsys_midx.errors import ConfigError
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["eval.ks=[5,50]"], r"eval\.ks=\[5, 50\] does not produce task\.monitor=val/ndcg@10; "
-                             r"the task logs val/hr@5, val/ndcg@5, val/mrr@5, val/hr@50, "),
-        (["task=xc", "task.module.ks=[3]"],
-         r"task\.module\.ks=\[3\] does not produce task\.monitor=val/p@1; the task logs val/p@3"),
-        (["task.monitor=val/recall@10"], r"eval\.ks=\[10, 20\] does not produce "
-                                         r"task\.monitor=val/recall@10"),
+        (
+            ["eval.ks=[5,50]"],
+            r"eval\.ks=\[5, 50\] does not produce task\.monitor=val/ndcg@10; "
+            r"the task logs val/hr@5, val/ndcg@5, val/mrr@5, val/hr@50, ",
+        ),
+        (
+            ["task=xc", "task.module.ks=[3]"],
+            r"task\.module\.ks=\[3\] does not produce task\.monitor=val/p@1; the task logs val/p@3",
+        ),
+        (
+            ["task.monitor=val/recall@10"],
+            r"eval\.ks=\[10, 20\] does not produce "
+            r"task\.monitor=val/recall@10",
+        ),
         (["eval.ks=[]"], r"eval\.ks=\[\]: give a non-empty list of positive cut-offs"),
         (["trainer.max_epochs=0"], r"trainer\.max_epochs=0: a run trains at least one epoch"),
-        (["trainer.max_epochs=-1"],
-         r"trainer\.max_epochs=-1 without trainer\.max_steps or trainer\.max_time never stops"),
+        (
+            ["trainer.max_epochs=-1"],
+            r"trainer\.max_epochs=-1 without trainer\.max_steps or trainer\.max_time never stops",
+        ),
         (["+trainer.max_steps=0"], r"trainer\.max_steps=0: set it >= 1"),
-        (["model.dim=30", "sampler.num_codebooks=4"],
-         r"model\.dim=30 is not divisible by sampler\.num_codebooks=4"),
+        (
+            ["model.dim=30", "sampler.num_codebooks=4"],
+            r"model\.dim=30 is not divisible by sampler\.num_codebooks=4",
+        ),
         (["sampler.num_negatives=0"], r"sampler\.num_negatives=0: draw at least 1 negative"),
         (["sampler.num_codewords=1"], r"sampler\.num_codewords=1: it must be >= 2"),
         (["sampler.quantizer=opq"], r"sampler\.quantizer=opq: choose one of pq, rq"),
         (["dataset=custom"], r"dataset\.path must be set"),
-        (["optimized_metric=val/p@1"],
-         r"optimized_metric=val/p@1 is not a metric the task logs: choose one of val/hr@10, "),
+        (
+            ["optimized_metric=val/p@1"],
+            r"optimized_metric=val/p@1 is not a metric the task logs: choose one of val/hr@10, ",
+        ),
         (["resume=nowhere/last.ckpt"], r"resume=nowhere/last\.ckpt: no such checkpoint file"),
     ],
-    ids=["ks-without-monitor", "xc-ks-without-monitor", "unknown-monitor", "no-ks", "no-epochs",
-         "never-stops", "no-steps", "pq-dim", "no-negatives", "one-codeword", "quantizer",
-         "required-path", "optimized-metric", "resume-path"],
+    ids=[
+        "ks-without-monitor",
+        "xc-ks-without-monitor",
+        "unknown-monitor",
+        "no-ks",
+        "no-epochs",
+        "never-stops",
+        "no-steps",
+        "pq-dim",
+        "no-negatives",
+        "one-codeword",
+        "quantizer",
+        "required-path",
+        "optimized-metric",
+        "resume-path",
+    ],
 )
 def test_preflight_names_the_setting_as_the_user_writes_it(compose_config, overrides, message):
     with pytest.raises(ConfigError, match=f"^{message}"):
@@ -51,11 +78,22 @@ def test_preflight_names_the_setting_as_the_user_writes_it(compose_config, overr
 
 @pytest.mark.parametrize(
     "overrides",
-    [[], ["task=xc"], ["debug=default"], ["debug=fdr"], ["debug=overfit"], ["sampler=full"],
-     ["sampler=inbatch"], ["sampler=midx_rq", "model.dim=30", "sampler.num_codebooks=4"],
-     ["trainer.max_epochs=-1", "+trainer.max_steps=10"], ["eval.ks=[5, 10]"],
-     ["experiment=synthetic-100k"], ["optimized_metric=test/ndcg@20"], ["optimized_metric=null"],
-     ["resume=auto"]],
+    [
+        [],
+        ["task=xc"],
+        ["debug=default"],
+        ["debug=fdr"],
+        ["debug=overfit"],
+        ["sampler=full"],
+        ["sampler=inbatch"],
+        ["sampler=midx_rq", "model.dim=30", "sampler.num_codebooks=4"],
+        ["trainer.max_epochs=-1", "+trainer.max_steps=10"],
+        ["eval.ks=[5, 10]"],
+        ["experiment=synthetic-100k"],
+        ["optimized_metric=test/ndcg@20"],
+        ["optimized_metric=null"],
+        ["resume=auto"],
+    ],
 )
 def test_preflight_accepts_working_setups(compose_config, overrides):
     preflight.check(compose_config(overrides))
@@ -123,8 +161,17 @@ def test_only_a_run_folder_without_results_is_removed(tmp_path):
 def test_resume_command_repeats_the_command_line_with_resume_and_the_run_folder(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(sys, "argv", ["train.py", "sampler=uniform", "resume=old.ckpt",
-                                      "hydra.run.dir=elsewhere", "dataset.path=my file.csv"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "train.py",
+            "sampler=uniform",
+            "resume=old.ckpt",
+            "hydra.run.dir=elsewhere",
+            "dataset.path=my file.csv",
+        ],
+    )
     monkeypatch.setattr(sys, "orig_argv", ["python3", "-u", *sys.argv])
     assert cli.resume_command(tmp_path) == (
         f"python3 -u train.py sampler=uniform 'dataset.path=my file.csv' resume=auto "

@@ -59,12 +59,21 @@ def _reference(raw: pd.DataFrame, settings: PreprocessSettings) -> list[tuple[st
 
 
 # Four users over items a..d; user u4 and item d are weak, and removing them cascades.
-CASCADE = _frame([
-    ("u1", "a", 1), ("u1", "b", 2), ("u1", "c", 3),
-    ("u2", "a", 1), ("u2", "b", 2), ("u2", "c", 3),
-    ("u3", "a", 1), ("u3", "b", 2), ("u3", "d", 3),
-    ("u4", "d", 1), ("u4", "c", 2),
-])
+CASCADE = _frame(
+    [
+        ("u1", "a", 1),
+        ("u1", "b", 2),
+        ("u1", "c", 3),
+        ("u2", "a", 1),
+        ("u2", "b", 2),
+        ("u2", "c", 3),
+        ("u3", "a", 1),
+        ("u3", "b", 2),
+        ("u3", "d", 3),
+        ("u4", "d", 1),
+        ("u4", "c", 2),
+    ]
+)
 
 
 def test_iterative_core_unravels_a_chain() -> None:
@@ -88,11 +97,22 @@ def test_core_iterative_versus_one_pass() -> None:
     # One pass: u4 is dropped (2 < 3), then item d (left with u3 only) is dropped, which leaves
     # u3 with 2 items, below the threshold; only the iterative filter drops u3 as well.
     assert set(_raw_pairs(one_pass)) == {
-        ("u1", "a"), ("u1", "b"), ("u1", "c"), ("u2", "a"), ("u2", "b"), ("u2", "c"),
-        ("u3", "a"), ("u3", "b"),
+        ("u1", "a"),
+        ("u1", "b"),
+        ("u1", "c"),
+        ("u2", "a"),
+        ("u2", "b"),
+        ("u2", "c"),
+        ("u3", "a"),
+        ("u3", "b"),
     }
     assert set(_raw_pairs(iterative)) == {
-        ("u1", "a"), ("u1", "b"), ("u1", "c"), ("u2", "a"), ("u2", "b"), ("u2", "c"),
+        ("u1", "a"),
+        ("u1", "b"),
+        ("u1", "c"),
+        ("u2", "a"),
+        ("u2", "b"),
+        ("u2", "c"),
     }
     assert one_pass.stats["core_passes"] == 1
     assert iterative.stats["core_passes"] == 3  # two passes that remove rows, one that confirms
@@ -106,14 +126,26 @@ def test_core_below_two_disables_the_filter() -> None:
 
 
 def test_rating_threshold_keeps_ratings_at_or_above() -> None:
-    raw = _frame([
-        (1, 1, 1, 5.0), (1, 2, 2, 3.5), (1, 3, 3, 4.0), (2, 1, 1, np.nan), (2, 2, 2, 4.5),
-    ], with_rating=True)
+    raw = _frame(
+        [
+            (1, 1, 1, 5.0),
+            (1, 2, 2, 3.5),
+            (1, 3, 3, 4.0),
+            (2, 1, 1, np.nan),
+            (2, 2, 2, 4.5),
+        ],
+        with_rating=True,
+    )
     out = preprocess(raw, PreprocessSettings(min_rating=4, user_core=0, item_core=0))
     assert _raw_pairs(out) == [("1", "1"), ("1", "3"), ("2", "2")]
     assert out.interactions["rating"].tolist() == [5.0, 4.0, 4.5]
     assert out.stats["rows_after_step"] == {
-        "input": 5, "rating": 3, "dedup": 3, "k_core": 3, "max_seq_len": 3, "min_seq_len": 3,
+        "input": 5,
+        "rating": 3,
+        "dedup": 3,
+        "k_core": 3,
+        "max_seq_len": 3,
+        "min_seq_len": 3,
     }
 
 
@@ -130,9 +162,15 @@ def test_missing_ratings_become_nan_float32() -> None:
 
 
 # User 1 sees item 5 three times (the two last at the same second) and item 6 once.
-DUPLICATES = _frame([
-    (1, 5, 20, 2.0), (1, 6, 15, 3.0), (1, 5, 10, 1.0), (1, 5, 20, 4.0),
-], with_rating=True)
+DUPLICATES = _frame(
+    [
+        (1, 5, 20, 2.0),
+        (1, 6, 15, 3.0),
+        (1, 5, 10, 1.0),
+        (1, 5, 20, 4.0),
+    ],
+    with_rating=True,
+)
 
 
 @pytest.mark.parametrize(
@@ -147,10 +185,13 @@ DUPLICATES = _frame([
 def test_dedup_policies(policy: str, expected: list[tuple[int, int, float]]) -> None:
     out = preprocess(DUPLICATES, PreprocessSettings(user_core=0, item_core=0, dedup=policy))
     items = out.item_map.set_index("item_id")["raw_id"].astype(int)
-    got = list(zip(
-        items[out.interactions["item_id"]], out.interactions["timestamp"],
-        out.interactions["rating"],
-    ))
+    got = list(
+        zip(
+            items[out.interactions["item_id"]],
+            out.interactions["timestamp"],
+            out.interactions["rating"],
+        )
+    )
     assert got == expected
 
 
@@ -200,14 +241,26 @@ def test_ids_are_dense_after_filtering() -> None:
 
 
 def test_sorted_by_user_then_time_with_stable_ties() -> None:
-    raw = _frame([
-        ("b", "late", 30), ("a", "x", 5), ("b", "tie1", 20), ("b", "early", 10),
-        ("b", "tie2", 20), ("a", "y", 1), ("b", "tie3", 20),
-    ])
+    raw = _frame(
+        [
+            ("b", "late", 30),
+            ("a", "x", 5),
+            ("b", "tie1", 20),
+            ("b", "early", 10),
+            ("b", "tie2", 20),
+            ("a", "y", 1),
+            ("b", "tie3", 20),
+        ]
+    )
     out = preprocess(raw, NO_FILTER)
     assert _raw_pairs(out) == [
-        ("a", "y"), ("a", "x"),
-        ("b", "early"), ("b", "tie1"), ("b", "tie2"), ("b", "tie3"), ("b", "late"),
+        ("a", "y"),
+        ("a", "x"),
+        ("b", "early"),
+        ("b", "tie1"),
+        ("b", "tie2"),
+        ("b", "tie3"),
+        ("b", "late"),
     ]
     assert out.interactions["timestamp"].tolist() == [1, 5, 10, 20, 20, 20, 30]
     assert isinstance(out.interactions.index, pd.RangeIndex)
@@ -229,11 +282,22 @@ def test_stats_values() -> None:
     assert (stats["users"], stats["items"], stats["interactions"]) == (4, 4, 10)
     assert stats["density"] == pytest.approx(10 / 16)
     assert stats["sequence_length"] == {
-        "min": 1, "p25": 1.75, "p50": 2.5, "p75": 3.25, "p90": 3.7, "max": 4, "mean": 2.5,
+        "min": 1,
+        "p25": 1.75,
+        "p50": 2.5,
+        "p75": 3.25,
+        "p90": 3.7,
+        "max": 4,
+        "mean": 2.5,
     }
     assert stats["settings"] == {
-        "min_rating": None, "user_core": 0, "item_core": 0, "iterative_core": True,
-        "dedup": "keep", "min_seq_len": 0, "max_seq_len": None,
+        "min_rating": None,
+        "user_core": 0,
+        "item_core": 0,
+        "iterative_core": True,
+        "dedup": "keep",
+        "min_seq_len": 0,
+        "max_seq_len": None,
     }
 
 
@@ -289,22 +353,25 @@ def test_settings_are_validated_and_normalised() -> None:
 
 
 @pytest.mark.parametrize(
-    ("seed", "dedup", "iterative"), list(itertools.product(range(3), ("keep", "first", "last"),
-                                                          (True, False))),
+    ("seed", "dedup", "iterative"),
+    list(itertools.product(range(3), ("keep", "first", "last"), (True, False))),
 )
 def test_matches_the_loop_reference_on_random_frames(
     seed: int, dedup: str, iterative: bool
 ) -> None:
     rng = np.random.default_rng(seed)
     n = 400
-    raw = pd.DataFrame({
-        "user": rng.integers(0, 40, n).astype(str),
-        "item": rng.integers(0, 30, n).astype(str),
-        "timestamp": rng.integers(0, 20, n).astype(np.int64),  # many ties
-        "rating": rng.integers(1, 6, n).astype(float),
-    })
-    settings = PreprocessSettings(min_rating=2, user_core=4, item_core=5, dedup=dedup,
-                                  iterative_core=iterative)
+    raw = pd.DataFrame(
+        {
+            "user": rng.integers(0, 40, n).astype(str),
+            "item": rng.integers(0, 30, n).astype(str),
+            "timestamp": rng.integers(0, 20, n).astype(np.int64),  # many ties
+            "rating": rng.integers(1, 6, n).astype(float),
+        }
+    )
+    settings = PreprocessSettings(
+        min_rating=2, user_core=4, item_core=5, dedup=dedup, iterative_core=iterative
+    )
     out = preprocess(raw, settings)
     expected = _reference(raw, settings)
     assert _raw_pairs(out) == [(u, i) for u, i, _ in expected]
@@ -315,11 +382,13 @@ def test_matches_the_loop_reference_on_random_frames(
 def test_a_million_rows_keep_the_invariants() -> None:
     rng = np.random.default_rng(0)
     n = 1_000_000
-    raw = pd.DataFrame({
-        "user": rng.integers(0, 50_000, n),
-        "item": rng.zipf(1.3, n) % 20_000,
-        "timestamp": rng.integers(0, 10**9, n),
-    })
+    raw = pd.DataFrame(
+        {
+            "user": rng.integers(0, 50_000, n),
+            "item": rng.zipf(1.3, n) % 20_000,
+            "timestamp": rng.integers(0, 10**9, n),
+        }
+    )
     out = preprocess(raw, PreprocessSettings(dedup="first"))
     user_id = out.interactions["user_id"].to_numpy()
     assert (np.diff(user_id) >= 0).all()

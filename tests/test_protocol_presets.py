@@ -20,6 +20,7 @@ def test_recbole_protocol_keeps_every_interaction_and_the_history_in_the_ranking
 
 
 def test_command_line_settings_win_over_the_protocol(compose_config) -> None:
-    cfg = compose_config(["dataset=ml-100k", "protocol=recbole", "eval.exclude_seen=true",
-                          "preprocess=sasrec"])
+    cfg = compose_config(
+        ["dataset=ml-100k", "protocol=recbole", "eval.exclude_seen=true", "preprocess=sasrec"]
+    )
     assert cfg.eval.exclude_seen is True and cfg.dataset.preprocess.user_core == 5

@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 RUNS = ROOT / "docs" / "results" / "ml-100k" / "runs.csv"
@@ -32,14 +31,20 @@ TOLERANCE = 1e-6
 #: torch's own kernels, MKL and oneDNN each pick their instruction set at run time, and AVX-512
 #: kernels round differently from the AVX2 ones the recorded runs used; all three are held to AVX2
 #: (holding torch's alone still gives another run).
-AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-        "ONEDNN_MAX_CPU_ISA": "AVX2"}
+AVX2 = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+}
 
 
 def _recorded_run(sampler: str, seed: int) -> dict[str, str]:
     with RUNS.open(newline="") as handle:
-        rows = [row for row in csv.DictReader(handle)
-                if row["sampler"] == sampler and int(row["seed"]) == seed]
+        rows = [
+            row
+            for row in csv.DictReader(handle)
+            if row["sampler"] == sampler and int(row["seed"]) == seed
+        ]
     assert len(rows) == 1, f"{RUNS} holds {len(rows)} rows for sampler={sampler} seed={seed}"
     return rows[0]
 
@@ -60,9 +65,12 @@ def test_cheapest_published_ml100k_run_reproduces(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, **AVX2}
     run_dir = tmp_path / "run"
     command = [
-        sys.executable, "train.py", *_train_overrides(recorded["command"]),
+        sys.executable,
+        "train.py",
+        *_train_overrides(recorded["command"]),
         # Where files go and how progress prints: neither changes what is trained.
-        f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run_dir}",
+        f"paths.data_dir={tmp_path / 'data'}",
+        f"hydra.run.dir={run_dir}",
         "callbacks.progress_bar.refresh_rate=0",
     ]
 

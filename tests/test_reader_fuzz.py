@@ -31,15 +31,38 @@ _XC = (
     "0 1:1\n"
     "2,3,4 0:0.5 9:0.75 10:1.5\n"
 )
-_TSV = "".join(f"{u}\t{i}\t{(u + i) % 5 + 1}\t{881250949 + 10 * u + i}\n"
-               for u in range(1, 8) for i in range(1, 6))
+_TSV = "".join(
+    f"{u}\t{i}\t{(u + i) % 5 + 1}\t{881250949 + 10 * u + i}\n"
+    for u in range(1, 8)
+    for i in range(1, 6)
+)
 _CSV = "userId,movieId,rating,timestamp\n" + _TSV.replace("\t", ",")
-_TSV_FORMAT = Delimited("\t", header=False, names=("user", "item", "rating", "timestamp"),
-                        int_columns=frozenset({"user", "item", "timestamp"}))
+_TSV_FORMAT = Delimited(
+    "\t",
+    header=False,
+    names=("user", "item", "rating", "timestamp"),
+    int_columns=frozenset({"user", "item", "timestamp"}),
+)
 _COLUMNS_TSV = ColumnMap(user="user", item="item", time="timestamp", rating="rating")
 _COLUMNS_CSV = ColumnMap(user="userId", item="movieId", time="timestamp", rating="rating")
-_NOISE = [b"\xff\xfe", b"\x00", b",", b"\t", b":", b" ", b"\n", b"-", b"nan", b"1e999",
-          b"99999999999999999999999", b'"', b"\r\n", b"\xc3\x28", b"inf", b"-1"]
+_NOISE = [
+    b"\xff\xfe",
+    b"\x00",
+    b",",
+    b"\t",
+    b":",
+    b" ",
+    b"\n",
+    b"-",
+    b"nan",
+    b"1e999",
+    b"99999999999999999999999",
+    b'"',
+    b"\r\n",
+    b"\xc3\x28",
+    b"inf",
+    b"-1",
+]
 
 
 def _corrupt(content: bytes, rng: random.Random) -> bytes:
@@ -53,7 +76,7 @@ def _corrupt(content: bytes, rng: random.Random) -> bytes:
         elif kind == 1:  # insert noise
             data[at:at] = rng.choice(_NOISE)
         elif kind == 2 and data:  # delete a span
-            del data[at:at + rng.randint(1, 8)]
+            del data[at : at + rng.randint(1, 8)]
         elif kind == 3:  # truncate
             del data[at:]
         else:  # rework whole lines
@@ -69,8 +92,14 @@ def _corrupt(content: bytes, rng: random.Random) -> bytes:
     return bytes(data)
 
 
-def _fuzz(tmp_path: Path, name: str, content: str, read: Callable[[Path], object],
-          seed: int, compress: bool = False) -> None:
+def _fuzz(
+    tmp_path: Path,
+    name: str,
+    content: str,
+    read: Callable[[Path], object],
+    seed: int,
+    compress: bool = False,
+) -> None:
     rng = random.Random(seed)
     outcomes = {"parsed": 0, "DataError": 0}
     for case in range(CASES):
@@ -104,21 +133,35 @@ def test_corrupted_xc_files(tmp_path):
 
 
 def test_corrupted_tab_separated_ratings(tmp_path):
-    _fuzz(tmp_path, "u.data",  _TSV,
-          lambda path: read_interactions(path, _TSV_FORMAT, _COLUMNS_TSV, progress=False), seed=1)
+    _fuzz(
+        tmp_path,
+        "u.data",
+        _TSV,
+        lambda path: read_interactions(path, _TSV_FORMAT, _COLUMNS_TSV, progress=False),
+        seed=1,
+    )
 
 
 def test_corrupted_csv_ratings(tmp_path):
-    _fuzz(tmp_path, "ratings.csv", _CSV,
-          lambda path: read_interactions(path, Delimited(","), _COLUMNS_CSV, progress=False),
-          seed=2)
+    _fuzz(
+        tmp_path,
+        "ratings.csv",
+        _CSV,
+        lambda path: read_interactions(path, Delimited(","), _COLUMNS_CSV, progress=False),
+        seed=2,
+    )
 
 
 def test_corrupted_compressed_ratings(tmp_path):
     # Corrupt the text, then also the gzip stream itself.
-    _fuzz(tmp_path, "ratings.csv.gz", _CSV,
-          lambda path: read_interactions(path, Delimited(","), _COLUMNS_CSV, progress=False),
-          seed=3, compress=True)
+    _fuzz(
+        tmp_path,
+        "ratings.csv.gz",
+        _CSV,
+        lambda path: read_interactions(path, Delimited(","), _COLUMNS_CSV, progress=False),
+        seed=3,
+        compress=True,
+    )
     rng = random.Random(4)
     compressed = gzip.compress(_CSV.encode())
     for case in range(CASES):

@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from trained_runs import brute_force, csv_histories, train_custom_run
 
 from recsys_midx import load_run, recommend
 from recsys_midx.app.recommend import COLUMNS, main
 from recsys_midx.app.trained import IdMap, LoadedRun, UnknownIdsError
 from recsys_midx.heads import MoSHead
 from recsys_midx.scoring import log_probs
-from trained_runs import brute_force, csv_histories, train_custom_run
 
 USERS = ["user-003", "user-017", "user-042"]
 
@@ -73,8 +73,9 @@ def test_include_seen_and_histories_of_new_users(run_dir: Path, run: LoadedRun) 
     assert by_label["user"].tolist() == ["anonymous"] * 5
     assert by_label["item"].tolist() == known["item"].tolist()
     np.testing.assert_allclose(by_label["score"], known["score"], rtol=1e-6)
-    by_position = recommend(run, histories=[["sku-0001", "sku-0002"], full[USERS[1]]], k=5,
-                            batch_size=1, chunk_size=7)
+    by_position = recommend(
+        run, histories=[["sku-0001", "sku-0002"], full[USERS[1]]], k=5, batch_size=1, chunk_size=7
+    )
     assert by_position["user"].tolist() == [0] * 5 + [1] * 5
     assert by_position["item"].tolist()[5:] == known["item"].tolist()
     assert not {"sku-0001", "sku-0002"} & set(by_position["item"][:5])
@@ -103,17 +104,17 @@ def test_a_mixture_head_ranks_by_its_log_probabilities(run_dir: Path) -> None:
     history = mixture.histories(mixture.users.internal([user]))[0]
     max_len = mixture.datamodule.max_len
     inputs = torch.zeros(1, max_len, dtype=torch.long)
-    inputs[0, max_len - min(max_len, len(history)):] = torch.from_numpy(history[-max_len:])
+    inputs[0, max_len - min(max_len, len(history)) :] = torch.from_numpy(history[-max_len:])
     with torch.no_grad():
         query = mixture.module.encoder(inputs)[:, -1]
         item_table = mixture.module.encoder.item_table
-        scores = log_probs(mixture.module.head, query, item_table,
-                           torch.arange(1, len(item_table)))[0]
+        scores = log_probs(
+            mixture.module.head, query, item_table, torch.arange(1, len(item_table))
+        )[0]
     scores[torch.from_numpy(history - 1)] = float("-inf")
     top = scores.topk(6)
     assert recs["item"].tolist() == list(mixture.items.raw[top.indices.numpy() + 1])
-    np.testing.assert_allclose(recs["score"].to_numpy(), top.values.numpy(), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(recs["score"].to_numpy(), top.values.numpy(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -140,8 +141,19 @@ def test_command_line_writes_parquet_and_csv(
     histories = tmp_path / "histories.json"
     histories.write_text('{"new": ["sku-0003", "sku-0004"]}')
     csv_out = tmp_path / "new.csv"
-    assert main([str(run_dir), "--histories-file", str(histories), "--include-seen",
-                 "--out", str(csv_out)]) == 0
+    assert (
+        main(
+            [
+                str(run_dir),
+                "--histories-file",
+                str(histories),
+                "--include-seen",
+                "--out",
+                str(csv_out),
+            ]
+        )
+        == 0
+    )
     assert len(pd.read_csv(csv_out)) == 10
 
     with pytest.raises(SystemExit) as exit_info:

@@ -19,28 +19,37 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from conftest import CONF_DIR, ROOT, TINY_RUN, sampler_overrides
 from hydra import compose, initialize_config_dir
 
-from conftest import CONF_DIR, ROOT, TINY_RUN, sampler_overrides
-from recsys_midx.data.resumable import EpochShuffle, ResumableLoader
 from recsys_midx.app.experiment import build, train
+from recsys_midx.data.resumable import EpochShuffle, ResumableLoader
 from recsys_midx.lit.checkpointing import resume_checkpoint
 from recsys_midx.lit.reliability import capture_random_state, restore_random_state
 
 #: 120 users in batches of 32: 4 training batches (steps) per epoch. A checkpoint every step and
 #: MIDX rebuilt every 3 steps, so a resumed run must restore the proposal mid-epoch as well.
 RUN = (
-    *TINY_RUN, *sampler_overrides("midx"), "trainer.max_epochs=2",
-    "callbacks.step_checkpoint.every_n_train_steps=1", "callbacks.sampler_refresh.every_n_steps=3",
+    *TINY_RUN,
+    *sampler_overrides("midx"),
+    "trainer.max_epochs=2",
+    "callbacks.step_checkpoint.every_n_train_steps=1",
+    "callbacks.sampler_refresh.every_n_steps=3",
 )
 STEPS_PER_EPOCH = 4
 
 
 def _config(output_dir: Path, data_dir: Path, *overrides: str):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=[
-            f"paths.output_dir={output_dir}", f"paths.data_dir={data_dir}", *RUN, *overrides,
-        ])
+        return compose(
+            "config",
+            overrides=[
+                f"paths.output_dir={output_dir}",
+                f"paths.data_dir={data_dir}",
+                *RUN,
+                *overrides,
+            ],
+        )
 
 
 @pytest.fixture(scope="module")
@@ -69,14 +78,28 @@ def test_killed_run_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path, ref
     errors = tmp_path / "train.err"
     paused = tmp_path / "paused"
     kill_at = STEPS_PER_EPOCH + 1
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     with errors.open("w") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "train.py", *RUN, f"paths.data_dir={data_dir}",
-             f"hydra.run.dir={run_dir}", "+callbacks.pause._target_=pausing.PauseBeforeStep",
-             f"+callbacks.pause.step={kill_at}", f"+callbacks.pause.marker={paused}"],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, env=environment,
+            [
+                sys.executable,
+                "train.py",
+                *RUN,
+                f"paths.data_dir={data_dir}",
+                f"hydra.run.dir={run_dir}",
+                "+callbacks.pause._target_=pausing.PauseBeforeStep",
+                f"+callbacks.pause.step={kill_at}",
+                f"+callbacks.pause.marker={paused}",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=environment,
         )
         deadline = time.monotonic() + 240
         while not paused.exists():
@@ -103,8 +126,11 @@ def test_killed_run_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path, ref
 def _best_checkpoint_named_in(checkpoint: Path) -> Path:
     """The best checkpoint that ``checkpoint``'s monitoring ModelCheckpoint state names."""
     states = torch.load(checkpoint, weights_only=True)["callbacks"]
-    (best,) = [state["best_model_path"] for key, state in states.items()
-               if key.startswith("ModelCheckpoint{'monitor': 'val/")]
+    (best,) = [
+        state["best_model_path"]
+        for key, state in states.items()
+        if key.startswith("ModelCheckpoint{'monitor': 'val/")
+    ]
     return Path(best)
 
 
@@ -158,7 +184,8 @@ def test_run_continued_from_its_last_validation_ends_as_an_uninterrupted_run(tmp
     # the previous best (here none), and a continued run that never improves would test a
     # deleted file, or its best checkpoint would go to a worse epoch.
     assert _best_checkpoint_named_in(run_dir / "checkpoints" / "last.ckpt") == (
-        run_dir / "checkpoints" / "best-000.ckpt")
+        run_dir / "checkpoints" / "best-000.ckpt"
+    )
 
     resumed = train(_config(run_dir, data_dir, "resume=auto"))
     assert resumed["metrics"] == pytest.approx(reference["metrics"], abs=1e-6, rel=0)
@@ -237,4 +264,3 @@ def test_random_states_round_trip_through_a_weights_only_checkpoint(tmp_path):
     assert torch.equal(torch.rand(3), expected[0])
     assert np.array_equal(np.random.rand(3), expected[1])
     assert random.random() == expected[2]
-

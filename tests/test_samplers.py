@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.samplers import (
@@ -97,6 +96,7 @@ def test_popularity_zero_weight_items_are_never_drawn() -> None:
 
 
 # --- protocol ---------------------------------------------------------------------------------
+
 
 def _batch_targets() -> torch.Tensor:
     """Every item once, plus skewed repeats: a batch whose in-batch proposal covers 1..N."""

@@ -10,10 +10,10 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from torch import Tensor
-
 from conftest import TINY_RUN, sampler_overrides
 from goodness_of_fit import chi_square_pvalue
+from torch import Tensor
+
 from recsys_midx.app.experiment import train
 from recsys_midx.heads import DotHead, Head, MoEHead, MoSHead, PLIFHead, SigSoftmaxHead
 from recsys_midx.losses import (
@@ -70,8 +70,9 @@ SAMPLERS: dict[str, Callable[[], Sampler]] = {
 #: Three distinct queries, far enough apart that their MIDX proposals differ clearly.
 QUERIES = 2.0 * torch.randn(3, DIM, generator=_generator(2))
 #: Positives of the three queries, padded with 0; skewed, so the in-batch proposal is not uniform.
-POSITIVES = torch.tensor([[1, 1, 1, 2, 2, 3, 0, 0], [1, 1, 4, 5, 6, 7, 8, 0],
-                          [1, 2, 2, 9, 10, 11, 12, 13]])
+POSITIVES = torch.tensor(
+    [[1, 1, 1, 2, 2, 3, 0, 0], [1, 1, 4, 5, 6, 7, 8, 0], [1, 2, 2, 9, 10, 11, 12, 13]]
+)
 
 
 def _catalog(num_queries: int) -> Tensor:
@@ -95,8 +96,9 @@ def test_only_the_query_dependent_sampler_says_so() -> None:
 def test_shared_draws_follow_the_batch_mixture(kind: str) -> None:
     sampler = SAMPLERS[kind]()
     torch.manual_seed(0)
-    draws = torch.stack([draw_shared_negatives(sampler, QUERIES, POSITIVES).ids
-                         for _ in range(REPEATS)])
+    draws = torch.stack(
+        [draw_shared_negatives(sampler, QUERIES, POSITIVES).ids for _ in range(REPEATS)]
+    )
     assert draws.shape == (REPEATS, NUM_NEGATIVES) and int(draws.min()) >= 1
     mixture = _mixture_log_q(sampler, QUERIES, _catalog(1)[0]).exp()
     assert chi_square_pvalue(draws.reshape(1, -1), mixture[None]) > 1e-3
@@ -121,8 +123,9 @@ def test_reported_log_q_is_the_normalised_batch_mixture(kind: str) -> None:
     # With the whole catalog as every query's positives, the positives' log q is the mixture of
     # every id: it sums to 1.
     catalog = draw_shared_negatives(sampler, QUERIES, _catalog(len(QUERIES)))
-    torch.testing.assert_close(catalog.positive_log_q.double().exp().sum(1),
-                               torch.ones(len(QUERIES), dtype=torch.float64))
+    torch.testing.assert_close(
+        catalog.positive_log_q.double().exp().sum(1), torch.ones(len(QUERIES), dtype=torch.float64)
+    )
 
 
 def test_component_queries_pool_into_one_mixture() -> None:
@@ -132,8 +135,9 @@ def test_component_queries_pool_into_one_mixture() -> None:
     torch.manual_seed(5)
     drawn = draw_shared_negatives(sampler, components, targets)
     torch.testing.assert_close(drawn.log_q.double(), _mixture_log_q(sampler, components, drawn.ids))
-    torch.testing.assert_close(drawn.positive_log_q.double(),
-                               _mixture_log_q(sampler, components, targets))
+    torch.testing.assert_close(
+        drawn.positive_log_q.double(), _mixture_log_q(sampler, components, targets)
+    )
 
 
 def test_many_queries_are_scored_in_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -269,8 +273,12 @@ def _assert_matches_hand(loss: Tensor, query: Tensor, items: Tensor, terms: list
 def test_sampled_loss_on_shared_negatives_matches_a_hand_computation() -> None:
     query, items = _tiny()
     loss = sampled_softmax_loss(
-        query, items, torch.tensor(TINY_TARGETS), torch.tensor(TINY_NEGATIVES),
-        torch.tensor(TINY_NEG_LOG_Q), torch.tensor(TINY_POS_LOG_Q),
+        query,
+        items,
+        torch.tensor(TINY_TARGETS),
+        torch.tensor(TINY_NEGATIVES),
+        torch.tensor(TINY_NEG_LOG_Q),
+        torch.tensor(TINY_POS_LOG_Q),
     )
     # Query 1's target 3 is drawn twice: both hits are out of its normaliser.
     terms = [(0, [1], 1, -0.5), (1, [3], 3, -1.25)]
@@ -285,8 +293,12 @@ MULTI_POS_LOG_Q = [[-0.5, -0.75], [-1.25, 0.0]]
 def test_multilabel_loss_on_shared_negatives_matches_a_hand_computation() -> None:
     query, items = _tiny()
     loss = multilabel_sampled_softmax_loss(
-        query, items, torch.tensor(MULTI_POSITIVES), torch.tensor(TINY_NEGATIVES),
-        torch.tensor(TINY_NEG_LOG_Q), torch.tensor(MULTI_POS_LOG_Q),
+        query,
+        items,
+        torch.tensor(MULTI_POSITIVES),
+        torch.tensor(TINY_NEGATIVES),
+        torch.tensor(TINY_NEG_LOG_Q),
+        torch.tensor(MULTI_POS_LOG_Q),
     )
     # A shared negative equal to any positive of the query is out of its normaliser.
     terms = [(0, [1, 2], 1, -0.5), (0, [1, 2], 2, -0.75), (1, [3], 3, -1.25)]
@@ -319,19 +331,23 @@ def test_head_losses_score_shared_negatives_like_a_copy_per_query(head_name: str
     head = _heads()[head_name].double()
     query, items, targets, positives = _problem()
     # Negatives hitting the positives included, so that masking is exercised.
-    neg_ids = torch.cat([targets[:2], torch.randint(1, NUM_ITEMS + 1, (10,),
-                                                    generator=_generator(9))])
+    neg_ids = torch.cat(
+        [targets[:2], torch.randint(1, NUM_ITEMS + 1, (10,), generator=_generator(9))]
+    )
     neg_log_q = -torch.rand(len(neg_ids), generator=_generator(10), dtype=torch.float64) - 3.0
     pos_log_q = torch.full(positives.shape, -3.5, dtype=torch.float64)
     copies = (neg_ids.expand(len(query), -1), neg_log_q.expand(len(query), -1))
-    for loss_fn, wanted in ((head_sampled_softmax_loss, targets),
-                            (multilabel_head_sampled_softmax_loss, positives)):
+    for loss_fn, wanted in (
+        (head_sampled_softmax_loss, targets),
+        (multilabel_head_sampled_softmax_loss, positives),
+    ):
         wanted_log_q = pos_log_q[:, 0] if wanted.dim() == 1 else pos_log_q
         values = []
         for ids, log_q in ((neg_ids, neg_log_q), copies):
             z, log_prior, transform = head(query)
-            loss = loss_fn(z, log_prior, items, wanted, ids, log_q, wanted_log_q,
-                           transform or (lambda s: s))
+            loss = loss_fn(
+                z, log_prior, items, wanted, ids, log_q, wanted_log_q, transform or (lambda s: s)
+            )
             values.append([loss.detach(), *torch.autograd.grad(loss.sum(), (query, items))])
         for shared, copied in zip(*values):
             torch.testing.assert_close(shared, copied)
@@ -355,8 +371,9 @@ def test_objective_draws_once_for_the_batch(head_name: str, multilabel: bool) ->
     if z.dim() == 2 and transform is None:
         expected = functions.sampled(z, items, wanted, *drawn)
     else:
-        expected = functions.head_sampled(z, log_prior, items, wanted, *drawn,
-                                          transform or (lambda s: s))
+        expected = functions.head_sampled(
+            z, log_prior, items, wanted, *drawn, transform or (lambda s: s)
+        )
     torch.testing.assert_close(loss, expected.mean())
     loss.backward()
     assert query.grad is not None and torch.isfinite(items.grad).all()
@@ -367,19 +384,20 @@ def test_objective_with_exact_positives_counts_them_exactly() -> None:
     sampler = _midx()
     torch.manual_seed(12)
     loss = SoftmaxLoss(exact_positives=True, shared_negatives=True)(
-        DotHead()(query), targets, items, sampler)
+        DotHead()(query), targets, items, sampler
+    )
     torch.manual_seed(12)
     drawn = draw_shared_negatives(sampler, query, targets, exact_positives=True)
-    torch.testing.assert_close(drawn.positive_log_q,
-                               exact_positive_log_q(targets, NUM_NEGATIVES))
+    torch.testing.assert_close(drawn.positive_log_q, exact_positive_log_q(targets, NUM_NEGATIVES))
     expected = sampled_softmax_loss(query, items, targets, *drawn).mean()
     torch.testing.assert_close(loss, expected)
 
 
 def test_exhaustive_sampler_ignores_shared_negatives() -> None:
     query, items, targets, _ = _problem()
-    loss = SoftmaxLoss(shared_negatives=True)(DotHead()(query), targets, items,
-                                              FullSampler(NUM_ITEMS))
+    loss = SoftmaxLoss(shared_negatives=True)(
+        DotHead()(query), targets, items, FullSampler(NUM_ITEMS)
+    )
     torch.testing.assert_close(loss, full_softmax_loss(query, items, targets).mean())
 
 
@@ -395,5 +413,8 @@ def test_seqrec_trains_with_shared_negatives(compose_config, tmp_path) -> None:
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["config"]["loss"]["shared_negatives"] is True
     assert saved["epochs_run"] == 2
-    assert all(0.0 <= value <= 1.0 for key, value in results["metrics"].items()
-               if key.startswith(("val/", "test/")) and "@" in key)
+    assert all(
+        0.0 <= value <= 1.0
+        for key, value in results["metrics"].items()
+        if key.startswith(("val/", "test/")) and "@" in key
+    )

@@ -17,8 +17,10 @@ from recsys_midx.data import Amazon, MissingFilesError, UnknownCategoryError
 # one product, and product 999 has one rating: both fall out of a 5-core.
 ROWS = [
     (f"A{user}", asin, float(1 + (user + k) % 5), 1_380_000_000 + 100 * user + k)
-    for user in range(1, 6) for k, asin in enumerate(["0000000000", "0000000001", "0000000002",
-                                                      "0000000003", "0000000004", "B00X"])
+    for user in range(1, 6)
+    for k, asin in enumerate(
+        ["0000000000", "0000000001", "0000000002", "0000000003", "0000000004", "B00X"]
+    )
 ] + [("Z", "0000000000", 5.0, 1_390_000_000), ("A1", "0000000999", 2.0, 1_390_000_001)]
 
 
@@ -29,10 +31,15 @@ def _csv(version: int) -> bytes:
     return "".join(f"{i},{u},{r},{t}\n" for u, i, r, t in ROWS).encode()
 
 
-@pytest.mark.parametrize(("version", "file_name"), [(2014, "ratings_Beauty.csv"),
-                                                    (2018, "All_Beauty.csv")])
-def test_category_is_downloaded_and_parsed(server: FileServer, tmp_path: Path,  # noqa: F811
-                                           version: int, file_name: str) -> None:
+@pytest.mark.parametrize(
+    ("version", "file_name"), [(2014, "ratings_Beauty.csv"), (2018, "All_Beauty.csv")]
+)
+def test_category_is_downloaded_and_parsed(
+    server: FileServer,  # noqa: F811
+    tmp_path: Path,
+    version: int,
+    file_name: str,
+) -> None:
     url, _ = publish(server, file_name, _csv(version))
     category = "Beauty" if version == 2014 else "All_Beauty"
     data_dir = tmp_path / "data"
@@ -41,7 +48,12 @@ def test_category_is_downloaded_and_parsed(server: FileServer, tmp_path: Path,  
     assert tree(data_dir / "raw") == [f"amazon-{version}", f"amazon-{version}/{file_name}"]
     item_map = pd.read_parquet(ds.directory / "item_map.parquet")
     assert item_map["raw_id"].tolist() == [
-        "0000000000", "0000000001", "0000000002", "0000000003", "0000000004", "B00X",
+        "0000000000",
+        "0000000001",
+        "0000000002",
+        "0000000003",
+        "0000000004",
+        "B00X",
     ]
     user_map = pd.read_parquet(ds.directory / "user_map.parquet")
     assert user_map["raw_id"].tolist() == ["A1", "A2", "A3", "A4", "A5"]
@@ -72,8 +84,9 @@ def test_configs_pick_the_category(compose_config: Callable[..., DictConfig]) ->
     assert beauty.url.endswith("/categoryFiles/ratings_Beauty.csv")
     any_category = compose_config(["dataset=amazon", "dataset.category=Baby"]).dataset
     assert instantiate(any_category).name == "amazon-Baby"
-    newer = instantiate(compose_config(["dataset=amazon2018",
-                                        "dataset.category=Luxury_Beauty"]).dataset)
+    newer = instantiate(
+        compose_config(["dataset=amazon2018", "dataset.category=Luxury_Beauty"]).dataset
+    )
     assert newer.version == 2018 and newer.url.endswith("/categoryFilesSmall/Luxury_Beauty.csv")
     with pytest.raises(Exception, match="unknown Amazon 2014 category 'Shoes'"):
         instantiate(compose_config(["dataset=amazon", "dataset.category=Shoes"]).dataset)

@@ -59,19 +59,24 @@ def test_each_format_gives_the_same_interactions(tmp_path: Path, suffix: str) ->
         path.write_bytes(gzip.compress(text.encode()) if suffix.endswith(".gz") else text.encode())
     ds = Custom("shop", str(path), COLUMNS, preprocess=NO_FILTER).prepare(tmp_path / "data")
     assert _raw_rows(ds) == EXPECTED
-    assert ds.interactions["timestamp"].tolist() == [1612137600, 1612224000, 1610699400,
-                                                     1614592800]
+    assert ds.interactions["timestamp"].tolist() == [1612137600, 1612224000, 1610699400, 1614592800]
 
 
 def test_a_folder_of_parquet_parts_with_integer_ids_and_ratings(tmp_path: Path) -> None:
     folder = tmp_path / "events"
     folder.mkdir()
-    pq.write_table(pa.table({"u": [1, 2, 10], "i": [5, 5, 6], "t": [30, 10, 20],
-                             "r": [4.0, 2.0, 5.0]}), folder / "part-0.parquet")
+    pq.write_table(
+        pa.table({"u": [1, 2, 10], "i": [5, 5, 6], "t": [30, 10, 20], "r": [4.0, 2.0, 5.0]}),
+        folder / "part-0.parquet",
+    )
     pq.write_table(pa.table({"u": [2], "i": [6], "t": [40], "r": [3.0]}), folder / "part-1.parquet")
     (folder / "_SUCCESS").write_text("")
-    source = Custom("events", str(folder), {"user": "u", "item": "i", "time": "t", "rating": "r"},
-                    preprocess={**NO_FILTER, "min_rating": 3})
+    source = Custom(
+        "events",
+        str(folder),
+        {"user": "u", "item": "i", "time": "t", "rating": "r"},
+        preprocess={**NO_FILTER, "min_rating": 3},
+    )
     ds = source.prepare(tmp_path / "data")
     assert _raw_rows(ds) == [("1", "5"), ("2", "6"), ("10", "6")]
     assert ds.interactions["rating"].tolist() == [4.0, 3.0, 5.0]
@@ -80,8 +85,15 @@ def test_a_folder_of_parquet_parts_with_integer_ids_and_ratings(tmp_path: Path) 
 def test_headerless_file_with_another_delimiter(tmp_path: Path) -> None:
     path = tmp_path / "log.csv"
     path.write_text("".join(f"{u};{i};{t}\n" for u, i, t in ORDERS))
-    source = Custom("log", str(path), COLUMNS, delimiter=";", header=False,
-                    names=["uid", "sku", "ts"], preprocess=NO_FILTER)
+    source = Custom(
+        "log",
+        str(path),
+        COLUMNS,
+        delimiter=";",
+        header=False,
+        names=["uid", "sku", "ts"],
+        preprocess=NO_FILTER,
+    )
     assert _raw_rows(source.prepare(tmp_path / "data")) == EXPECTED
 
 
@@ -100,8 +112,9 @@ def test_editing_the_file_changes_the_cache_key(tmp_path: Path) -> None:
 def test_misnamed_column_lists_the_columns_found(tmp_path: Path) -> None:
     path = tmp_path / "orders.csv"
     pd.DataFrame(ORDERS, columns=["customer", "sku", "ts"]).to_csv(path, index=False)
-    with pytest.raises(MissingColumnsError, match="no column 'uid'; columns found: 'customer', "
-                                                  "'sku', 'ts'"):
+    with pytest.raises(
+        MissingColumnsError, match="no column 'uid'; columns found: 'customer', 'sku', 'ts'"
+    ):
         Custom("shop", str(path), COLUMNS).prepare(tmp_path / "data")
     assert not (tmp_path / "data" / "processed").exists()
 
@@ -123,9 +136,11 @@ def test_mixed_formats_in_a_folder_need_a_format(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("preprocess", "step"),
-    [({"min_rating": 6}, "rating filter (min_rating=6.0)"),
-     ({"user_core": 3, "item_core": 0}, "k-core filter (user_core=3"),
-     ({"user_core": 0, "item_core": 0, "min_seq_len": 3}, "sequence length filter")],
+    [
+        ({"min_rating": 6}, "rating filter (min_rating=6.0)"),
+        ({"user_core": 3, "item_core": 0}, "k-core filter (user_core=3"),
+        ({"user_core": 0, "item_core": 0, "min_seq_len": 3}, "sequence length filter"),
+    ],
 )
 def test_empty_result_names_the_filter(tmp_path: Path, preprocess: dict, step: str) -> None:
     path = tmp_path / "orders.csv"
@@ -137,21 +152,32 @@ def test_empty_result_names_the_filter(tmp_path: Path, preprocess: dict, step: s
     assert not (tmp_path / "data" / "processed").exists()
 
 
-def test_config_maps_the_columns(compose_config: Callable[..., DictConfig],
-                                 tmp_path: Path) -> None:
+def test_config_maps_the_columns(compose_config: Callable[..., DictConfig], tmp_path: Path) -> None:
     path = tmp_path / "orders.csv"
     pd.DataFrame(ORDERS, columns=["uid", "sku", "ts"]).to_csv(path, index=False)
-    cfg = compose_config([
-        "dataset=custom", f"dataset.path={path}", "dataset.columns.user=uid",
-        "dataset.columns.item=sku", "dataset.columns.time=ts", "preprocess=none",
-    ])
+    cfg = compose_config(
+        [
+            "dataset=custom",
+            f"dataset.path={path}",
+            "dataset.columns.user=uid",
+            "dataset.columns.item=sku",
+            "dataset.columns.time=ts",
+            "preprocess=none",
+        ]
+    )
     ds = instantiate(cfg.dataset).prepare(tmp_path / "data")
     assert _raw_rows(ds) == EXPECTED
 
 
 # A file without times: string ids, users interleaved, items not in id order.
-UNTIMED = [("c-2", "SKU-9"), ("c-1", "SKU-3"), ("c-2", "SKU-1"), ("c-1", "SKU-1"),
-           ("c-2", "SKU-5"), ("c-1", "SKU-2")]
+UNTIMED = [
+    ("c-2", "SKU-9"),
+    ("c-1", "SKU-3"),
+    ("c-2", "SKU-1"),
+    ("c-1", "SKU-1"),
+    ("c-2", "SKU-5"),
+    ("c-1", "SKU-2"),
+]
 
 
 def test_without_a_time_column_the_file_order_is_kept_and_said_once(
@@ -159,13 +185,20 @@ def test_without_a_time_column_the_file_order_is_kept_and_said_once(
 ) -> None:
     path = tmp_path / "orders.csv"
     pd.DataFrame(UNTIMED, columns=["uid", "sku"]).to_csv(path, index=False)
-    source = Custom("shop", str(path), {"user": "uid", "item": "sku", "time": None},
-                    preprocess=NO_FILTER)
+    source = Custom(
+        "shop", str(path), {"user": "uid", "item": "sku", "time": None}, preprocess=NO_FILTER
+    )
     with caplog.at_level(logging.WARNING):
         ds = source.prepare(tmp_path / "data")
         assert source.prepare(tmp_path / "data").directory == ds.directory  # cached
-    assert _raw_rows(ds) == [("c-1", "SKU-3"), ("c-1", "SKU-1"), ("c-1", "SKU-2"),
-                             ("c-2", "SKU-9"), ("c-2", "SKU-1"), ("c-2", "SKU-5")]
+    assert _raw_rows(ds) == [
+        ("c-1", "SKU-3"),
+        ("c-1", "SKU-1"),
+        ("c-1", "SKU-2"),
+        ("c-2", "SKU-9"),
+        ("c-2", "SKU-1"),
+        ("c-2", "SKU-5"),
+    ]
     # The timestamps are the rows' positions in the file, and say so.
     assert ds.interactions["timestamp"].tolist() == [1, 3, 5, 0, 2, 4]
     assert ds.time_is_row_order
@@ -179,8 +212,14 @@ def test_an_explicit_time_column_still_orders_by_time(tmp_path: Path) -> None:
     frame = pd.DataFrame(UNTIMED, columns=["uid", "sku"]).assign(ts=range(60, 0, -10))
     frame.to_csv(path, index=False)
     ds = Custom("shop", str(path), COLUMNS, preprocess=NO_FILTER).prepare(tmp_path / "data")
-    assert _raw_rows(ds) == [("c-1", "SKU-2"), ("c-1", "SKU-1"), ("c-1", "SKU-3"),
-                             ("c-2", "SKU-5"), ("c-2", "SKU-1"), ("c-2", "SKU-9")]
+    assert _raw_rows(ds) == [
+        ("c-1", "SKU-2"),
+        ("c-1", "SKU-1"),
+        ("c-1", "SKU-3"),
+        ("c-2", "SKU-5"),
+        ("c-2", "SKU-1"),
+        ("c-2", "SKU-9"),
+    ]
     assert not ds.time_is_row_order
 
 
@@ -188,17 +227,29 @@ def test_a_csv_with_text_ids_and_no_times_trains(
     compose_config: Callable[..., DictConfig], tmp_path: Path
 ) -> None:
     rng = np.random.default_rng(0)
-    rows = [(f"user-{u}", f"item-{i}") for u in rng.integers(0, 40, 800)
-            for i in rng.integers(0, 30, 1)]
+    rows = [
+        (f"user-{u}", f"item-{i}") for u in rng.integers(0, 40, 800) for i in rng.integers(0, 30, 1)
+    ]
     path = tmp_path / "events.csv"
     pd.DataFrame(rows, columns=["uid", "sku"]).to_csv(path, index=False)
-    cfg = compose_config([
-        "dataset=custom", f"dataset.path={path}", "dataset.columns.user=uid",
-        "dataset.columns.item=sku", "dataset.columns.time=null", "preprocess=none",
-        "model.dim=16", "model.max_len=12", "trainer.max_epochs=1", "trainer.accelerator=cpu",
-        "task.datamodule.batch_size=16", "callbacks.progress_bar.refresh_rate=0",
-        "sampler=uniform", "sampler.num_negatives=10",
-    ])
+    cfg = compose_config(
+        [
+            "dataset=custom",
+            f"dataset.path={path}",
+            "dataset.columns.user=uid",
+            "dataset.columns.item=sku",
+            "dataset.columns.time=null",
+            "preprocess=none",
+            "model.dim=16",
+            "model.max_len=12",
+            "trainer.max_epochs=1",
+            "trainer.accelerator=cpu",
+            "task.datamodule.batch_size=16",
+            "callbacks.progress_bar.refresh_rate=0",
+            "sampler=uniform",
+            "sampler.num_negatives=10",
+        ]
+    )
     results = train(cfg)
     assert 0.0 <= results["metrics"]["test/ndcg@10"] <= 1.0
     assert results["dataset"]["timestamp"] == "row position"

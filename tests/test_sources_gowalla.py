@@ -24,15 +24,21 @@ def _file(rows: list[tuple]) -> bytes:
     return gzip.compress("".join("\t".join(map(str, row)) + "\n" for row in rows).encode())
 
 
-def test_checkins_are_downloaded_and_parsed(server: FileServer,  # noqa: F811
-                                            tmp_path: Path) -> None:
+def test_checkins_are_downloaded_and_parsed(
+    server: FileServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     url, _ = publish(server, "loc-gowalla_totalCheckins.txt.gz", _file(CHECKINS))
     source = Gowalla("gowalla", url=url, md5=None, preprocess={"user_core": 0, "item_core": 0})
     ds = source.prepare(tmp_path / "data")
     assert (ds.num_users, ds.num_items, len(ds.interactions)) == (2, 4, 5)
     # The file lists each user's check-ins newest first; they come out oldest first.
     assert ds.interactions["timestamp"].tolist() == [
-        1287358923, 1287440263, 1287532527, 1286828480, 1286842888,
+        1287358923,
+        1287440263,
+        1287532527,
+        1286828480,
+        1286842888,
     ]
     # Location ids are numbers: 22847 < 23261 < 316637 < 420315.
     assert ds.interactions["item_id"].tolist() == [3, 4, 1, 1, 2]

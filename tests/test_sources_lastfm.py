@@ -30,21 +30,33 @@ LOG = [
 
 def _archive(rows: list[tuple]) -> bytes:
     log = "".join("\t".join(row) + "\n" for row in rows).encode()
-    return tar_bytes({TSV: log, "lastfm-dataset-1K/README.txt": b"Last.fm 1K users\n",
-                      "lastfm-dataset-1K/userid-profile.tsv": b"#id\tgender\nuser_000001\tm\n"})
+    return tar_bytes(
+        {
+            TSV: log,
+            "lastfm-dataset-1K/README.txt": b"Last.fm 1K users\n",
+            "lastfm-dataset-1K/userid-profile.tsv": b"#id\tgender\nuser_000001\tm\n",
+        }
+    )
 
 
 @pytest.mark.parametrize(
     ("level", "items"),
-    [("track", [ARTIST_B, TRACK_1, TRACK_1, TRACK_2]),
-     ("artist", [ARTIST_B, ARTIST_A, ARTIST_A, ARTIST_A])],
+    [
+        ("track", [ARTIST_B, TRACK_1, TRACK_1, TRACK_2]),
+        ("artist", [ARTIST_B, ARTIST_A, ARTIST_A, ARTIST_A]),
+    ],
 )
-def test_plays_are_downloaded_extracted_and_parsed(server: FileServer, tmp_path: Path,  # noqa: F811
-                                                   level: str, items: list[str]) -> None:
+def test_plays_are_downloaded_extracted_and_parsed(
+    server: FileServer,  # noqa: F811
+    tmp_path: Path,
+    level: str,
+    items: list[str],
+) -> None:
     url, md5 = publish(server, "lastfm-dataset-1K.tar.gz", _archive(LOG))
     data_dir = tmp_path / "data"
-    source = LastFM1K("lastfm", url=url, md5=md5, level=level,
-                      preprocess={"user_core": 0, "item_core": 0})
+    source = LastFM1K(
+        "lastfm", url=url, md5=md5, level=level, preprocess={"user_core": 0, "item_core": 0}
+    )
     ds = source.prepare(data_dir)
     assert ds.stats["rows_after_step"]["input"] == 4  # the play without any id is dropped
     item_map = pd.read_parquet(ds.directory / "item_map.parquet").set_index("item_id")

@@ -17,7 +17,8 @@ from recsys_midx.data import ChecksumError, MissingFilesError, MovieLens
 # and movie 999 has a single rating: both fall out of a 5-core.
 ROWS = [
     (user, 10 * movie, 0.5 + ((user + movie) % 10) / 2, 1_200_000_000 + 1000 * user + movie)
-    for user in range(1, 7) for movie in range(1, 7)
+    for user in range(1, 7)
+    for movie in range(1, 7)
 ] + [(7, 10, 4.0, 1_300_000_000), (7, 20, 3.5, 1_300_000_001), (2, 999, 5.0, 1_200_002_999)]
 
 
@@ -25,18 +26,29 @@ def _archive(variant: str) -> bytes:
     """The variant's zip: its top folder and ratings file in the official format."""
     if variant == "ml-10m":
         ratings = "".join(f"{u}::{i}::{r:g}::{t}\n" for u, i, r, t in ROWS)
-        return zip_bytes({"ml-10M100K/ratings.dat": ratings.encode(),
-                          "ml-10M100K/movies.dat": b"10::Film (1995)::Drama\n"})
+        return zip_bytes(
+            {
+                "ml-10M100K/ratings.dat": ratings.encode(),
+                "ml-10M100K/movies.dat": b"10::Film (1995)::Drama\n",
+            }
+        )
     ratings = "userId,movieId,rating,timestamp\n" + "".join(
         f"{u},{i},{r:.1f},{t}\n" for u, i, r, t in ROWS
     )
-    return zip_bytes({f"{variant}/ratings.csv": ratings.encode(),
-                      f"{variant}/movies.csv": b"movieId,title,genres\n10,Film (1995),Drama\n"})
+    return zip_bytes(
+        {
+            f"{variant}/ratings.csv": ratings.encode(),
+            f"{variant}/movies.csv": b"movieId,title,genres\n10,Film (1995),Drama\n",
+        }
+    )
 
 
 @pytest.mark.parametrize("variant", ["ml-10m", "ml-20m", "ml-25m"])
-def test_variant_is_downloaded_and_parsed(server: FileServer, tmp_path: Path,  # noqa: F811
-                                          variant: str) -> None:
+def test_variant_is_downloaded_and_parsed(
+    server: FileServer,  # noqa: F811
+    tmp_path: Path,
+    variant: str,
+) -> None:
     url, md5 = publish(server, f"{variant}.zip", _archive(variant))
     data_dir = tmp_path / "data"
     ds = MovieLens(variant, variant, url=url, md5=md5).prepare(data_dir)
@@ -47,14 +59,16 @@ def test_variant_is_downloaded_and_parsed(server: FileServer, tmp_path: Path,  #
     assert ds.interactions["rating"].dtype == np.float32
     folder = "ml-10M100K" if variant == "ml-10m" else variant
     assert f"{variant}/{folder}/{'ratings.dat' if variant == 'ml-10m' else 'ratings.csv'}" in tree(
-        data_dir / "raw")
+        data_dir / "raw"
+    )
 
 
 def test_checksum_mismatch_keeps_nothing(server: FileServer, tmp_path: Path) -> None:  # noqa: F811
     url, _ = publish(server, "ml-20m.zip", _archive("ml-20m"))
     with pytest.raises(ChecksumError):
         MovieLens("ml-20m", "ml-20m", url=url, md5="cd245b17a1ae2cc31bb14903e1204af3").prepare(
-            tmp_path / "data")
+            tmp_path / "data"
+        )
     assert tree(tmp_path / "data") in ([], ["raw"])
 
 

@@ -16,9 +16,17 @@ NO_FILTER = {"user_core": 0, "item_core": 0}
 
 def _line(user: str, product: str, day: str) -> str:
     """One review as the file writes it: a Python literal with single-quoted strings."""
-    record = {"username": user, "hours": 1.5, "products": 7, "product_id": product,
-              "page_order": 0, "date": day, "text": "Great game, isn't it?",
-              "early_access": False, "page": 1}
+    record = {
+        "username": user,
+        "hours": 1.5,
+        "products": 7,
+        "product_id": product,
+        "page_order": 0,
+        "date": day,
+        "text": "Great game, isn't it?",
+        "early_access": False,
+        "page": 1,
+    }
     return repr(record)
 
 
@@ -26,10 +34,16 @@ def _file(lines: list[str]) -> bytes:
     return gzip.compress(("\n".join(lines) + "\n").encode())
 
 
-def test_reviews_are_downloaded_and_parsed(server: FileServer,  # noqa: F811
-                                           tmp_path: Path) -> None:
-    lines = [_line("Chaos Syren", "725280", "2017-12-17"), _line("Ann's", "35140", "2018-01-05"),
-             _line("Chaos Syren", "35140", "2017-12-17"), _line("Ann's", "328100", "2017-03-01")]
+def test_reviews_are_downloaded_and_parsed(
+    server: FileServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    lines = [
+        _line("Chaos Syren", "725280", "2017-12-17"),
+        _line("Ann's", "35140", "2018-01-05"),
+        _line("Chaos Syren", "35140", "2017-12-17"),
+        _line("Ann's", "328100", "2017-03-01"),
+    ]
     url, _ = publish(server, "steam_reviews.json.gz", _file(lines))
     data_dir = tmp_path / "data"
     ds = Steam("steam", url=url, md5=None, preprocess=NO_FILTER).prepare(data_dir)
@@ -38,8 +52,7 @@ def test_reviews_are_downloaded_and_parsed(server: FileServer,  # noqa: F811
     items = pd.read_parquet(ds.directory / "item_map.parquet")["raw_id"].tolist()
     assert users == ["Ann's", "Chaos Syren"] and items == ["35140", "328100", "725280"]
     # Same-day reviews keep the file's order; days are midnight UTC.
-    assert ds.interactions["timestamp"].tolist() == [1488326400, 1515110400, 1513468800,
-                                                     1513468800]
+    assert ds.interactions["timestamp"].tolist() == [1488326400, 1515110400, 1513468800, 1513468800]
     assert ds.interactions["item_id"].tolist() == [2, 1, 3, 1]
     assert tree(data_dir / "raw") == ["steam", "steam/steam_reviews.json.gz"]
 
@@ -55,6 +68,7 @@ def test_truncated_download_is_removed(server: FileServer, tmp_path: Path) -> No
 
 def test_a_line_that_is_not_a_literal_names_its_number(tmp_path: Path) -> None:
     (tmp_path / "steam_reviews.json.gz").write_bytes(
-        _file([_line("a", "1", "2017-12-17"), "{'username': 'b', 'product_id': oops}"]))
+        _file([_line("a", "1", "2017-12-17"), "{'username': 'b', 'product_id': oops}"])
+    )
     with pytest.raises(DataError, match="line 2: not a Python dict literal"):
         Steam("steam", url=None, md5=None, raw_dir=str(tmp_path)).prepare(tmp_path / "data")

@@ -13,14 +13,33 @@ from omegaconf import DictConfig
 from recsys_midx.data import ManualDownloadError, MissingFilesError, Yelp
 
 REVIEWS = [
-    {"review_id": "r1", "user_id": "mh_-eMZ6K5RLWhZyISBhwA", "business_id": "XQfwVwDr-v0ZS3_Cb",
-     "stars": 3.0, "useful": 0, "text": "If you decide to eat here, just be aware...",
-     "date": "2018-07-07 22:09:11"},
-    {"review_id": "r2", "user_id": "OyoGAe7OKpv6SyGZT5g77Q", "business_id": "7ATYjTIgM3jUlt4UM3",
-     "stars": 5.0, "useful": 1, "text": "I've taken a lot of spin classes...",
-     "date": "2012-01-03 15:28:18"},
-    {"review_id": "r3", "user_id": "mh_-eMZ6K5RLWhZyISBhwA", "business_id": "7ATYjTIgM3jUlt4UM3",
-     "stars": 1.0, "useful": 0, "text": "Meh.\nNot again.", "date": "2014-02-05 20:30:30"},
+    {
+        "review_id": "r1",
+        "user_id": "mh_-eMZ6K5RLWhZyISBhwA",
+        "business_id": "XQfwVwDr-v0ZS3_Cb",
+        "stars": 3.0,
+        "useful": 0,
+        "text": "If you decide to eat here, just be aware...",
+        "date": "2018-07-07 22:09:11",
+    },
+    {
+        "review_id": "r2",
+        "user_id": "OyoGAe7OKpv6SyGZT5g77Q",
+        "business_id": "7ATYjTIgM3jUlt4UM3",
+        "stars": 5.0,
+        "useful": 1,
+        "text": "I've taken a lot of spin classes...",
+        "date": "2012-01-03 15:28:18",
+    },
+    {
+        "review_id": "r3",
+        "user_id": "mh_-eMZ6K5RLWhZyISBhwA",
+        "business_id": "7ATYjTIgM3jUlt4UM3",
+        "stars": 1.0,
+        "useful": 0,
+        "text": "Meh.\nNot again.",
+        "date": "2014-02-05 20:30:30",
+    },
 ]
 
 
@@ -28,9 +47,11 @@ def test_reviews_are_read_from_raw_dir(tmp_path: Path) -> None:
     folder = tmp_path / "yelp"
     folder.mkdir()
     (folder / "yelp_academic_dataset_review.json").write_text(
-        "".join(json.dumps(review) + "\n" for review in REVIEWS))
+        "".join(json.dumps(review) + "\n" for review in REVIEWS)
+    )
     ds = Yelp(raw_dir=str(folder), preprocess={"user_core": 0, "item_core": 0}).prepare(
-        tmp_path / "data")
+        tmp_path / "data"
+    )
     assert (ds.num_users, ds.num_items, len(ds.interactions)) == (2, 2, 3)
     # User 2 (mh_-...) has two reviews, oldest first.
     assert ds.interactions["rating"].tolist() == [5.0, 1.0, 3.0]

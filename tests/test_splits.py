@@ -34,6 +34,9 @@ def test_unsorted_users_and_empty_split_are_errors():
         LeaveOneOutSplit.from_interactions(_frame([(2, 1), (1, 1)]), num_items=1)
     with pytest.raises(ValueError, match="interactions"):
         LeaveOneOutSplit.from_interactions(_frame([(1, 1), (1, 2)]), num_items=2)
-    assert LeaveOneOutSplit.from_interactions(
-        _frame([(1, 1), (1, 2), (1, 3)]), num_items=3
-    ).lengths.dtype == np.int64
+    assert (
+        LeaveOneOutSplit.from_interactions(
+            _frame([(1, 1), (1, 2), (1, 3)]), num_items=3
+        ).lengths.dtype
+        == np.int64
+    )

@@ -13,9 +13,14 @@ from recsys_midx.errors import ConfigError
 GIB = 2**30
 #: Windows of 200 items with 3,000 negatives per query on MovieLens 1M: every position of the
 #: 512 windows of a batch gathers its own 3,001 item rows.
-WINDOWS_3000 = ["dataset=ml-1m", "sampler=uniform", "sampler.num_negatives=3000",
-                "task.datamodule.train_samples=windows", "model.max_len=200",
-                "trainer.accelerator=cpu"]
+WINDOWS_3000 = [
+    "dataset=ml-1m",
+    "sampler=uniform",
+    "sampler.num_negatives=3000",
+    "task.datamodule.train_samples=windows",
+    "model.max_len=200",
+    "trainer.accelerator=cpu",
+]
 
 
 @pytest.fixture
@@ -55,36 +60,60 @@ def test_the_check_can_be_turned_off(compose_config, machine):
     preflight.check(compose_config([*WINDOWS_3000, "preflight.memory=false"]))
 
 
-@pytest.mark.parametrize("overrides", [[], ["task=xc"], ["head=mos"], ["sampler=full"],
-                                       ["experiment=synthetic-100k"], ["debug=default"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["task=xc"],
+        ["head=mos"],
+        ["sampler=full"],
+        ["experiment=synthetic-100k"],
+        ["debug=default"],
+    ],
+)
 def test_default_setups_pass_on_this_machine(compose_config, overrides):
     preflight.check(compose_config(overrides))
 
 
 def test_a_small_machine_refuses_what_a_big_one_runs(compose_config, machine):
-    cfg = compose_config(["sampler=uniform", "sampler.num_negatives=1000",
-                          "trainer.accelerator=cpu"])
+    cfg = compose_config(
+        ["sampler=uniform", "sampler.num_negatives=1000", "trainer.accelerator=cpu"]
+    )
     machine(4 * GIB)
     preflight.check(cfg)
     machine(100 * 2**20)
-    with pytest.raises(ConfigError, match=r"^sampler\.num_negatives=1000 with "
-                                          r"task\.datamodule\.batch_size=512 queries gathers "
-                                          r"about 0\.3 GiB .* than the 0\.1 GiB of host memory"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^sampler\.num_negatives=1000 with "
+        r"task\.datamodule\.batch_size=512 queries gathers "
+        r"about 0\.3 GiB .* than the 0\.1 GiB of host memory",
+    ):
         preflight.check(cfg)
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["sampler=full"], (r"loss\.chunk_size=8192 with task\.datamodule\.batch_size=512 "
-                           r"queries scores about .* exact softmax \(sampler=full\).*: lower "
-                           r"loss\.chunk_size or task\.datamodule\.batch_size")),
-        (["loss.shared_negatives=true", "sampler.num_negatives=100000"],
-         (r"sampler\.num_negatives=100000 shared \(loss\.shared_negatives=true\) with "
-         r"task\.datamodule\.batch_size=512 queries scores .*: lower sampler\.num_negatives or "
-         r"task\.datamodule\.batch_size")),
-        (["task=xc", "sampler.num_negatives=1000"],
-         r"sampler\.num_negatives=1000 with task\.datamodule\.batch_size=256 queries gathers"),
+        (
+            ["sampler=full"],
+            (
+                r"loss\.chunk_size=8192 with task\.datamodule\.batch_size=512 "
+                r"queries scores about .* exact softmax \(sampler=full\).*: lower "
+                r"loss\.chunk_size or task\.datamodule\.batch_size"
+            ),
+        ),
+        (
+            ["loss.shared_negatives=true", "sampler.num_negatives=100000"],
+            (
+                r"sampler\.num_negatives=100000 shared \(loss\.shared_negatives=true\) with "
+                r"task\.datamodule\.batch_size=512 queries scores .*: "
+                r"lower sampler\.num_negatives or task\.datamodule\.batch_size"
+            ),
+        ),
+        (
+            ["task=xc", "sampler.num_negatives=1000"],
+            r"sampler\.num_negatives=1000 with task\.datamodule\.batch_size=256 queries gathers",
+        ),
     ],
     ids=["exact", "shared", "xc"],
 )
@@ -98,11 +127,15 @@ def test_estimate_counts_rows_and_logits_with_their_gradients(compose_config):
     estimate = step_memory.estimate_step_memory(compose_config(WINDOWS_3000))
     queries = 512 * 200
     assert (estimate.queries, estimate.rows, estimate.scores) == (
-        queries, queries * 3001, queries * 3001)
+        queries,
+        queries * 3001,
+        queries * 3001,
+    )
     assert estimate.bytes == 8 * (64 + 1) * estimate.rows + 8 * estimate.scores
 
     shared = step_memory.estimate_step_memory(
-        compose_config([*WINDOWS_3000, "loss.shared_negatives=true"]))
+        compose_config([*WINDOWS_3000, "loss.shared_negatives=true"])
+    )
     assert shared.rows == queries + 3000 and shared.scores == queries * 3001
 
     # MoS: each of the K=4 components draws ceil(M/K) negatives and scores all of them.
@@ -117,8 +150,12 @@ def test_estimate_counts_rows_and_logits_with_their_gradients(compose_config):
 
 
 def test_cpu_processes_of_one_run_share_the_host(compose_config, machine):
-    overrides = ["sampler=uniform", "sampler.num_negatives=1000", "trainer=ddp",
-                 "trainer.accelerator=cpu"]
+    overrides = [
+        "sampler=uniform",
+        "sampler.num_negatives=1000",
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+    ]
     single = step_memory.estimate_step_memory(compose_config(overrides)).bytes
     machine(int(1.5 * single))
     with pytest.raises(ConfigError, match=r"queries in each of 2 processes gathers"):
@@ -148,13 +185,18 @@ def test_train_refuses_the_run_in_one_line_before_reading_data(tmp_path):
     if available is None or available >= estimate:
         pytest.skip("this machine has the memory for the run")
 
-    done = run_train(*WINDOWS_3000, f"hydra.run.dir={tmp_path / 'run'}",
-                     f"paths.data_dir={tmp_path / 'data'}", env={"HYDRA_FULL_ERROR": "0"})
+    done = run_train(
+        *WINDOWS_3000,
+        f"hydra.run.dir={tmp_path / 'run'}",
+        f"paths.data_dir={tmp_path / 'data'}",
+        env={"HYDRA_FULL_ERROR": "0"},
+    )
 
     assert done.returncode == 1, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(
         "error: sampler.num_negatives=3000 with task.datamodule.batch_size=512 x "
-        "model.max_len=200 queries")
+        "model.max_len=200 queries"
+    )
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()

@@ -18,8 +18,13 @@ SAMPLER_TARGETS = {
     "uniform": {"_target_": "recsys_midx.samplers.UniformSampler", "num_negatives": 32},
 }
 #: Test NDCG@10 per (sampler, seed); means 0.2 and 0.1, sample std 0.02 and 0.01.
-NDCG = {("full", 0): 0.18, ("full", 1): 0.20, ("full", 2): 0.22,
-        ("uniform", 0): 0.09, ("uniform", 1): 0.11}
+NDCG = {
+    ("full", 0): 0.18,
+    ("full", 1): 0.20,
+    ("full", 2): 0.22,
+    ("uniform", 0): 0.09,
+    ("uniform", 1): 0.11,
+}
 
 
 def _write_run(folder: Path, sampler: str, seed: int, loss: dict | None = None) -> None:
@@ -28,22 +33,34 @@ def _write_run(folder: Path, sampler: str, seed: int, loss: dict | None = None) 
     folder.mkdir(parents=True)
     ndcg = NDCG[(sampler, seed)]
     results = {
-        "config": {"dataset": {"name": "tiny"}, "seed": seed,
-                   "model": {"_target_": "recsys_midx.models.SASRec"},
-                   "sampler": SAMPLER_TARGETS[sampler], **({"loss": loss} if loss else {})},
-        "metrics": {"test/ndcg@10": ndcg, "test/hr@10": 2 * ndcg, "test/mrr@10": ndcg / 2,
-                    "val/ndcg@10": ndcg + 0.01},
-        "epochs_run": 3, "best_epoch": 2, "seconds_per_epoch": 1.5 + seed,
+        "config": {
+            "dataset": {"name": "tiny"},
+            "seed": seed,
+            "model": {"_target_": "recsys_midx.models.SASRec"},
+            "sampler": SAMPLER_TARGETS[sampler],
+            **({"loss": loss} if loss else {}),
+        },
+        "metrics": {
+            "test/ndcg@10": ndcg,
+            "test/hr@10": 2 * ndcg,
+            "test/mrr@10": ndcg / 2,
+            "val/ndcg@10": ndcg + 0.01,
+        },
+        "epochs_run": 3,
+        "best_epoch": 2,
+        "seconds_per_epoch": 1.5 + seed,
         "train_wall_seconds": 3 * (1.5 + seed),
     }
     (folder / "results.json").write_text(json.dumps(results))
-    pd.DataFrame({
-        "epoch": [0.0, 1.0, 2.0],
-        "train_seconds": [1.5 + seed] * 3,
-        "val_seconds": [0.25] * 3,
-        "train/loss": [3.0, 2.0, 1.0],
-        "val/ndcg@10": [ndcg / 2, ndcg, ndcg + 0.01],
-    }).to_csv(folder / "epochs.csv", index=False)
+    pd.DataFrame(
+        {
+            "epoch": [0.0, 1.0, 2.0],
+            "train_seconds": [1.5 + seed] * 3,
+            "val_seconds": [0.25] * 3,
+            "train/loss": [3.0, 2.0, 1.0],
+            "val/ndcg@10": [ndcg / 2, ndcg, ndcg + 0.01],
+        }
+    ).to_csv(folder / "epochs.csv", index=False)
 
 
 @pytest.fixture
@@ -59,7 +76,9 @@ def test_summary_table_and_plots(sweep: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "summarize.py"), str(sweep), "--plots", str(out)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     table = pd.read_csv(out / "summary.csv").set_index("sampler")
     assert table.loc["full", "seeds"] == 3 and table.loc["uniform", "seeds"] == 2
@@ -80,17 +99,25 @@ def test_summary_table_and_plots(sweep: Path, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_plots_default_next_to_first_folder(sweep: Path) -> None:
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "summarize.py"), str(sweep)],
-                   capture_output=True, check=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "summarize.py"), str(sweep)],
+        capture_output=True,
+        check=True,
+    )
     assert {p.name for p in sweep.glob("*.png")} == {
-        "test_quality.png", "val_quality_vs_time.png", "epoch_time.png"}
+        "test_quality.png",
+        "val_quality_vs_time.png",
+        "epoch_time.png",
+    }
 
 
 @pytest.mark.slow
 def test_no_results_is_a_clear_error(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "summarize.py"), str(tmp_path)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode != 0 and "no results.json" in done.stderr
 
@@ -107,14 +134,20 @@ def test_heads_and_objectives_are_groups_of_their_own(tmp_path: Path) -> None:
         _write_run(tmp_path / "multirun" / str(job), "full", 0, loss)
     _write_run(tmp_path / "multirun" / "3", "full", 1)  # no loss config: the dot head
     subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "summarize.py"), str(tmp_path / "multirun"),
-         "--plots", str(tmp_path / "report")],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "summarize.py"),
+            str(tmp_path / "multirun"),
+            "--plots",
+            str(tmp_path / "report"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     table = pd.read_csv(tmp_path / "report" / "summary.csv").set_index("head")
     assert sorted(table.index) == ["dot", "dot, EDRepLoss", "plif"]
     assert table.loc["dot", "seeds"] == 2 and table.loc["plif", "seeds"] == 1
-
 
 
 def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> None:
@@ -138,8 +171,10 @@ def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> N
     sized = {**midx, "exact_top_codewords": None}
     left_to_sampler = {**softmax, "exact_positives": None}
     result = {"sampler": {"sizing": {"exact_top_codewords": 6}}, "exact_positives": True}
-    assert (_sampler_name(sized, left_to_sampler, default_refresh, result)
-            == "midx[pq,uniform,exact top 6], exact positives")
+    assert (
+        _sampler_name(sized, left_to_sampler, default_refresh, result)
+        == "midx[pq,uniform,exact top 6], exact positives"
+    )
     uniform = {"_target_": "recsys_midx.samplers.UniformSampler"}
     assert _sampler_name(uniform, exact_positives) == "uniform, exact positives"
     shared = {**exact_positives, "shared_negatives": True}
@@ -162,17 +197,26 @@ def _write_sweep_run(folder: Path, seed: int, dim: int, ndcg: float) -> None:
     (``sampler.seed: ${seed}``) and the output folder reaches the checkpoint callback."""
     folder.mkdir(parents=True)
     config = {
-        "dataset": {"name": "tiny"}, "seed": seed,
+        "dataset": {"name": "tiny"},
+        "seed": seed,
         "model": {"_target_": "recsys_midx.models.SASRec", "dim": dim},
         "sampler": {**SAMPLER_TARGETS["uniform"], "seed": seed},
         "paths": {"output_dir": str(folder)},
         "callbacks": {"model_checkpoint": {"dirpath": f"{folder}/checkpoints"}},
     }
     results = {
-        "config": config, "output_dir": str(folder),
-        "metrics": {"test/ndcg@10": ndcg, "test/hr@10": ndcg, "test/mrr@10": ndcg,
-                    "val/ndcg@10": ndcg},
-        "epochs_run": 1, "best_epoch": 0, "seconds_per_epoch": 1.0, "train_wall_seconds": 1.0,
+        "config": config,
+        "output_dir": str(folder),
+        "metrics": {
+            "test/ndcg@10": ndcg,
+            "test/hr@10": ndcg,
+            "test/mrr@10": ndcg,
+            "val/ndcg@10": ndcg,
+        },
+        "epochs_run": 1,
+        "best_epoch": 0,
+        "seconds_per_epoch": 1.0,
+        "train_wall_seconds": 1.0,
     }
     (folder / "results.json").write_text(json.dumps(results))
 
@@ -184,7 +228,9 @@ def test_runs_that_differ_in_more_than_the_seed_are_not_averaged(tmp_path: Path)
     table = summarize.summarize(summarize.load_runs([tmp_path]))
     assert sorted(table["settings"]) == ["model.dim=16", "model.dim=64"]
     assert table.set_index("settings")["test/ndcg@10 mean"].to_dict() == {
-        "model.dim=16": 0.2353, "model.dim=64": 0.5287}
+        "model.dim=16": 0.2353,
+        "model.dim=64": 0.5287,
+    }
     assert list(table["seeds"]) == [1, 1]
     markdown = summarize.to_markdown(table)
     # One run per row: its value, without a made-up spread.
@@ -199,7 +245,8 @@ def test_a_seed_sweep_is_one_row_counting_its_seeds(tmp_path: Path) -> None:
     assert len(table) == 1 and table.loc[0, "seeds"] == 3 and table.loc[0, "settings"] == ""
     assert table.loc[0, "test/ndcg@10 std"] == pytest.approx(0.02)
     assert "| tiny | SASRec | dot | uniform | 32 | 3 | 0.2000 ± 0.0200 |" in (
-        summarize.to_markdown(table))
+        summarize.to_markdown(table)
+    )
 
 
 def test_the_seed_a_sampler_takes_from_the_run_is_no_setting(tmp_path: Path) -> None:
@@ -225,16 +272,28 @@ def _write_two_samplers(tmp_path: Path) -> Path:
 
 def test_time_to_quality_times_each_share_of_the_exact_softmaxs_best() -> None:
     def run(sampler: str, path: str, elapsed: list[float], values: list[float]) -> pd.DataFrame:
-        return pd.DataFrame({"dataset": "d", "model": "m", "sampler": sampler, "label": sampler,
-                             "path": path, "elapsed": elapsed, "quality": values})
+        return pd.DataFrame(
+            {
+                "dataset": "d",
+                "model": "m",
+                "sampler": sampler,
+                "label": sampler,
+                "path": path,
+                "elapsed": elapsed,
+                "quality": values,
+            }
+        )
 
-    epochs = pd.concat([
-        # The exact softmax's best, averaged over its runs: (1.0 + 0.8) / 2 = 0.9.
-        run("full", "f0", [10.0, 20.0, 30.0], [0.5, 0.9, 1.0]),
-        run("full", "f1", [10.0, 20.0], [0.7, 0.8]),
-        run("midx", "m0", [5.0, 10.0], [0.82, 0.88]),   # 90% (0.81) at 5 s, 97% (0.873) at 10 s
-        run("midx", "m1", [6.0, 12.0], [0.7, 0.86]),    # 90% and 95% (0.855) at 12 s, never 97%
-    ], ignore_index=True)
+    epochs = pd.concat(
+        [
+            # The exact softmax's best, averaged over its runs: (1.0 + 0.8) / 2 = 0.9.
+            run("full", "f0", [10.0, 20.0, 30.0], [0.5, 0.9, 1.0]),
+            run("full", "f1", [10.0, 20.0], [0.7, 0.8]),
+            run("midx", "m0", [5.0, 10.0], [0.82, 0.88]),  # 90% (0.81) at 5 s, 97% (0.873) at 10 s
+            run("midx", "m1", [6.0, 12.0], [0.7, 0.86]),  # 90% and 95% (0.855) at 12 s, never 97%
+        ],
+        ignore_index=True,
+    )
     table = time_to_quality(epochs).set_index("label")
     # Frontier first: midx reaches 97% at 10 s, the exact softmax at 20 s.
     assert table.index.tolist() == ["midx", "full"]
@@ -249,31 +308,59 @@ def test_time_to_quality_times_each_share_of_the_exact_softmaxs_best() -> None:
     assert table.loc["full", "s to 0.9"] == pytest.approx(20.0)
     markdown = to_markdown(table.reset_index())
     assert "| d | m | midx | 2 | 96.7% | 8 | 11 | 10 (1/2 runs) | 5.5 |" in markdown
-    assert ("| d | m | full | 2 | 100.0% | 20 (1/2 runs) | 20 (1/2 runs) | 20 (1/2 runs) | 10.0 |"
-            in markdown)
+    assert (
+        "| d | m | full | 2 | 100.0% | 20 (1/2 runs) | 20 (1/2 runs) | 20 (1/2 runs) | 10.0 |"
+        in markdown
+    )
 
 
 def test_time_to_quality_lists_the_frontier_first() -> None:
     def run(label: str, values: list[float]) -> pd.DataFrame:
-        return pd.DataFrame({"dataset": "d", "model": "m", "sampler": label, "label": label,
-                             "path": label, "elapsed": [1.0, 2.0, 3.0][:len(values)],
-                             "quality": values})
+        return pd.DataFrame(
+            {
+                "dataset": "d",
+                "model": "m",
+                "sampler": label,
+                "label": label,
+                "path": label,
+                "elapsed": [1.0, 2.0, 3.0][: len(values)],
+                "quality": values,
+            }
+        )
 
-    epochs = pd.concat([
-        run("low", [0.5]),                  # reaches no share, lower best
-        run("to 90 at 1 s", [0.91]),        # 90% only, soonest of all
-        run("high", [0.89]),                # reaches no share, higher best
-        run("to 95 at 3 s", [0.1, 0.1, 0.96]),
-        run("to 95 at 2 s", [0.1, 0.96]),
-        run("full", [0.5, 0.9, 1.0]),       # 97% at 3 s
-    ], ignore_index=True)
+    epochs = pd.concat(
+        [
+            run("low", [0.5]),  # reaches no share, lower best
+            run("to 90 at 1 s", [0.91]),  # 90% only, soonest of all
+            run("high", [0.89]),  # reaches no share, higher best
+            run("to 95 at 3 s", [0.1, 0.1, 0.96]),
+            run("to 95 at 2 s", [0.1, 0.96]),
+            run("full", [0.5, 0.9, 1.0]),  # 97% at 3 s
+        ],
+        ignore_index=True,
+    )
     assert time_to_quality(epochs)["label"].tolist() == [
-        "full", "to 95 at 2 s", "to 95 at 3 s", "to 90 at 1 s", "high", "low"]
+        "full",
+        "to 95 at 2 s",
+        "to 95 at 3 s",
+        "to 90 at 1 s",
+        "high",
+        "low",
+    ]
 
 
 def test_time_to_quality_leaves_out_panels_without_the_exact_softmax() -> None:
-    epochs = pd.DataFrame({"dataset": "d", "model": "m", "sampler": "midx", "label": "midx",
-                           "path": "a", "elapsed": [1.0], "quality": [0.5]})
+    epochs = pd.DataFrame(
+        {
+            "dataset": "d",
+            "model": "m",
+            "sampler": "midx",
+            "label": "midx",
+            "path": "a",
+            "elapsed": [1.0],
+            "quality": [0.5],
+        }
+    )
     assert time_to_quality(epochs).empty
 
 
@@ -288,17 +375,33 @@ def test_extreme_classification_runs_are_summarised_by_the_metric_their_task_mon
         folder = tmp_path / sampler
         folder.mkdir()
         results = {
-            "config": {"dataset": {"name": "xc"}, "seed": 0, "task": {"monitor": "val/p@1"},
-                       "model": {"_target_": "recsys_midx.models.XCMLP"},
-                       "sampler": SAMPLER_TARGETS[sampler]},
-            "metrics": {"test/p@1": p_at_1, "test/p@5": p_at_1 / 4, "test/psp@5": p_at_1 / 5,
-                        "val/p@1": p_at_1 + 0.01},
-            "epochs_run": 2, "best_epoch": 1, "seconds_per_epoch": 1.0, "train_wall_seconds": 2.0,
+            "config": {
+                "dataset": {"name": "xc"},
+                "seed": 0,
+                "task": {"monitor": "val/p@1"},
+                "model": {"_target_": "recsys_midx.models.XCMLP"},
+                "sampler": SAMPLER_TARGETS[sampler],
+            },
+            "metrics": {
+                "test/p@1": p_at_1,
+                "test/p@5": p_at_1 / 4,
+                "test/psp@5": p_at_1 / 5,
+                "val/p@1": p_at_1 + 0.01,
+            },
+            "epochs_run": 2,
+            "best_epoch": 1,
+            "seconds_per_epoch": 1.0,
+            "train_wall_seconds": 2.0,
         }
         (folder / "results.json").write_text(json.dumps(results))
-        pd.DataFrame({"epoch": [0.0, 1.0], "train_seconds": [1.0, 1.0], "val_seconds": [0.5, 0.5],
-                      "val/p@1": [p_at_1 / 2, p_at_1 + 0.01]}).to_csv(folder / "epochs.csv",
-                                                                     index=False)
+        pd.DataFrame(
+            {
+                "epoch": [0.0, 1.0],
+                "train_seconds": [1.0, 1.0],
+                "val_seconds": [0.5, 0.5],
+                "val/p@1": [p_at_1 / 2, p_at_1 + 0.01],
+            }
+        ).to_csv(folder / "epochs.csv", index=False)
 
     runs = with_labels(load_runs([tmp_path]))
     markdown = table_markdown(summarize(runs))

@@ -142,7 +142,8 @@ def test_fingerprint_tracks_every_parameter(tmp_path: Path) -> None:
         base.prepare(tmp_path).directory,
         Synthetic(num_users=40, num_items=30, num_topics=3, seed=1).prepare(tmp_path).directory,
         Synthetic(num_users=40, num_items=30, num_topics=3, chain_prob=0.1)
-        .prepare(tmp_path).directory,
+        .prepare(tmp_path)
+        .directory,
     }
     assert len(folders) == 3
 

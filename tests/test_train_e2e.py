@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import ROOT, TINY_RUN, sampler_overrides
+
 from recsys_midx.app.experiment import _warn_exact_top_without_exact_positives, build, train
 
 SAMPLERS = {
@@ -72,8 +72,11 @@ def _run_train(*overrides: str, multirun: bool = False) -> subprocess.CompletedP
 def test_train_py_writes_everything_under_hydra_run_dir(tmp_path):
     run_dir = tmp_path / "chosen"
     done = _run_train(
-        *TINY_RUN, *sampler_overrides("uniform"), "trainer.max_epochs=1",
-        f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run_dir}",
+        *TINY_RUN,
+        *sampler_overrides("uniform"),
+        "trainer.max_epochs=1",
+        f"paths.data_dir={tmp_path / 'data'}",
+        f"hydra.run.dir={run_dir}",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (run_dir / "results.json").is_file()
@@ -87,8 +90,12 @@ def test_train_py_writes_everything_under_hydra_run_dir(tmp_path):
 def test_multirun_sweeps_samplers(tmp_path):
     sweep_dir = tmp_path / "sweep"
     done = _run_train(
-        *TINY_RUN, "trainer.max_epochs=1", f"paths.data_dir={tmp_path / 'data'}",
-        "sampler=uniform,popularity", "sampler.num_negatives=20", f"hydra.sweep.dir={sweep_dir}",
+        *TINY_RUN,
+        "trainer.max_epochs=1",
+        f"paths.data_dir={tmp_path / 'data'}",
+        "sampler=uniform,popularity",
+        "sampler.num_negatives=20",
+        f"hydra.sweep.dir={sweep_dir}",
         multirun=True,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -111,16 +118,25 @@ def test_unknown_sampler_lists_the_valid_options(tmp_path):
 
 #: The command-line overrides that recsys_midx/conf/experiment/synthetic-100k.yaml stands for.
 SYNTHETIC_100K = (
-    "dataset.name=synthetic-100k", "dataset.num_items=100000", "dataset.num_users=10000",
-    "dataset.num_topics=100", "model.max_len=20", "model.dim=32", "sampler.num_negatives=32",
-    "task.module.optimizer.lr=0.005", "trainer.max_epochs=30", "callbacks.early_stopping.patience=3",
-    "task.datamodule.train_samples=last_window", "task.datamodule.batch_size=128",
+    "dataset.name=synthetic-100k",
+    "dataset.num_items=100000",
+    "dataset.num_users=10000",
+    "dataset.num_topics=100",
+    "model.max_len=20",
+    "model.dim=32",
+    "sampler.num_negatives=32",
+    "task.module.optimizer.lr=0.005",
+    "trainer.max_epochs=30",
+    "callbacks.early_stopping.patience=3",
+    "task.datamodule.train_samples=last_window",
+    "task.datamodule.batch_size=128",
 )
 
 
 @pytest.mark.parametrize("sampler", ["full", "midx", "uniform"])
-def test_experiment_composes_to_its_overrides_and_yields_to_the_command_line(compose_config,
-                                                                             sampler):
+def test_experiment_composes_to_its_overrides_and_yields_to_the_command_line(
+    compose_config, sampler
+):
     named = compose_config(["experiment=synthetic-100k", f"sampler={sampler}"])
     spelled_out = compose_config([*SYNTHETIC_100K, f"sampler={sampler}"])
     assert named == spelled_out
@@ -138,11 +154,16 @@ def test_experiment_composes_to_its_overrides_and_yields_to_the_command_line(com
         (["sampler.exact_top_codewords=2"], False),
         (["sampler.exact_top_codewords=0", "loss.exact_positives=false"], False),
     ],
-    ids=["top-cells-usual-correction", "top-cells-exact-positives", "top-cells-loss-follows",
-         "no-top-cells"],
+    ids=[
+        "top-cells-usual-correction",
+        "top-cells-exact-positives",
+        "top-cells-loss-follows",
+        "no-top-cells",
+    ],
 )
-def test_exact_top_cells_without_exact_positives_are_flagged(compose_config, caplog, overrides,
-                                                             warned):
+def test_exact_top_cells_without_exact_positives_are_flagged(
+    compose_config, caplog, overrides, warned
+):
     cfg = compose_config(["sampler=midx", *overrides])
     with caplog.at_level(logging.WARNING, logger="recsys_midx.app.experiment"):
         assert _warn_exact_top_without_exact_positives(cfg) is warned

@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import TINY_RUN, run_train, sampler_overrides
 from lightning.pytorch.trainer.connectors.data_connector import _get_distributed_sampler
 from lightning.pytorch.utilities.data import _update_dataloader
 from omegaconf import DictConfig
 
-from conftest import TINY_RUN, run_train, sampler_overrides
+from recsys_midx.app.experiment import train
 from recsys_midx.data.datamodule import SeqRecDataModule
 from recsys_midx.data.pipeline import PreparedDataset
 from recsys_midx.data.splits import LeaveOneOutSplit, SequenceSplit
@@ -33,7 +34,6 @@ from recsys_midx.lit import SeqRecModule
 from recsys_midx.losses import SoftmaxLoss
 from recsys_midx.models import SASRec
 from recsys_midx.samplers import FullSampler
-from recsys_midx.app.experiment import train
 
 MAX_LEN = 4
 #: Interactions per user: training parts of 1, 2, 2, 3, 7, 13 and 21 items under leave-one-out,
@@ -45,8 +45,9 @@ def _frame(lengths: tuple[int, ...] = LENGTHS) -> pd.DataFrame:
     """One row per interaction, item id = position + 1; timestamps spread over 0..99 per user."""
     users = np.repeat(np.arange(len(lengths)), lengths)
     times = np.concatenate([np.linspace(0, 99, n).round() for n in lengths]).astype(np.int64)
-    return pd.DataFrame({"user_id": users, "item_id": np.arange(1, len(users) + 1),
-                         "timestamp": times})
+    return pd.DataFrame(
+        {"user_id": users, "item_id": np.arange(1, len(users) + 1), "timestamp": times}
+    )
 
 
 def _leave_one_out() -> LeaveOneOutSplit:
@@ -60,21 +61,25 @@ def _global_time() -> GlobalTimeSplit:
 
 
 SPLITS: dict[str, Callable[[], SequenceSplit]] = {
-    "leave_one_out": _leave_one_out, "global_time": _global_time,
+    "leave_one_out": _leave_one_out,
+    "global_time": _global_time,
 }
 
 
 def _training_targets(split: SequenceSplit) -> list[int]:
     """Items of every training interaction but each training sequence's first: the targets."""
     spans = split.spans("train")
-    return [int(split.items[p]) for start, end in zip(spans.starts, spans.ends)
-            for p in range(start + 1, end)]
+    return [
+        int(split.items[p])
+        for start, end in zip(spans.starts, spans.ends)
+        for p in range(start + 1, end)
+    ]
 
 
 def _queries(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """The positions a training step learns from (real input and real target), as it picks them:
     the last ``targets.shape[1]`` input positions."""
-    inputs = batch["inputs"][:, -batch["targets"].shape[1]:]
+    inputs = batch["inputs"][:, -batch["targets"].shape[1] :]
     is_query = (batch["targets"] > 0) & (inputs > 0)
     return is_query, batch["targets"][is_query]
 
@@ -123,7 +128,7 @@ def test_prefixes_give_one_sample_per_training_target() -> None:
     for inputs, target in zip(batch["inputs"].tolist(), targets.tolist()):
         position = target - 1
         start = int(spans.starts[np.searchsorted(spans.starts, position, side="right") - 1])
-        before = split.items[max(start, position - MAX_LEN):position].tolist()
+        before = split.items[max(start, position - MAX_LEN) : position].tolist()
         assert inputs == [0] * (MAX_LEN - len(before)) + before
 
 
@@ -132,8 +137,13 @@ def test_a_prefix_batch_trains_the_last_query_as_the_full_encoder_would() -> Non
     batch = _all(TrainSamples(split.items, split.spans("train"), MAX_LEN, "prefixes"))
     torch.manual_seed(0)
     encoder = SASRec(num_items=int(split.items.max()), dim=8, num_heads=2, max_len=MAX_LEN)
-    module = SeqRecModule(encoder, DotHead(), FullSampler(encoder.num_items),
-                          SoftmaxLoss(), functools.partial(torch.optim.Adam)).eval()
+    module = SeqRecModule(
+        encoder,
+        DotHead(),
+        FullSampler(encoder.num_items),
+        SoftmaxLoss(),
+        functools.partial(torch.optim.Adam),
+    ).eval()
     expected = module.objective(encoder(batch["inputs"])[:, -1], batch["targets"][:, 0])
     torch.testing.assert_close(module.training_step(batch, 0), expected)
 
@@ -144,8 +154,11 @@ def test_last_window_is_each_users_last_max_len_plus_one_items() -> None:
     assert len(samples) == len(LENGTHS)
     _, targets = _queries(_all(samples))
     spans = split.spans("train")
-    expected = [int(split.items[p]) for start, end in zip(spans.starts, spans.ends)
-                for p in range(max(start + 1, end - MAX_LEN), end)]
+    expected = [
+        int(split.items[p])
+        for start, end in zip(spans.starts, spans.ends)
+        for p in range(max(start + 1, end - MAX_LEN), end)
+    ]
     assert sorted(targets.tolist()) == sorted(expected)
 
 
@@ -156,8 +169,9 @@ def test_no_validation_or_test_target_is_trained_on(split_name: str, kind: str) 
     samples = TrainSamples(split.items, split.spans("train"), MAX_LEN, kind, stride=3)
     batch = _all(samples)
     trained = set(_training_targets(split))
-    held_out = {int(split.items[end]) for stage in ("val", "test")
-                for end in split.spans(stage).ends}
+    held_out = {
+        int(split.items[end]) for stage in ("val", "test") for end in split.spans(stage).ends
+    }
     assert held_out and not held_out & trained
     seen = set(batch["inputs"].flatten().tolist()) | set(batch["targets"].flatten().tolist())
     assert not seen & held_out, "a held-out target entered a training window"
@@ -172,8 +186,12 @@ class _Prepared:
 
     def __init__(self, frame: pd.DataFrame) -> None:
         self.dataset = PreparedDataset(
-            name="fixed", directory=Path("."), interactions=frame,
-            num_users=int(frame["user_id"].nunique()), num_items=len(frame), stats={},
+            name="fixed",
+            directory=Path("."),
+            interactions=frame,
+            num_users=int(frame["user_id"].nunique()),
+            num_items=len(frame),
+            stats={},
         )
 
     def prepare(self, data_dir: str | Path) -> PreparedDataset:
@@ -181,8 +199,14 @@ class _Prepared:
 
 
 def _datamodule(kind: str, batch_size: int = 4) -> SeqRecDataModule:
-    module = SeqRecDataModule(_Prepared(_frame()), "unused", max_len=MAX_LEN,
-                              batch_size=batch_size, train_samples=kind, window_stride=2)
+    module = SeqRecDataModule(
+        _Prepared(_frame()),
+        "unused",
+        max_len=MAX_LEN,
+        batch_size=batch_size,
+        train_samples=kind,
+        window_stride=2,
+    )
     module.setup("fit")
     return module
 
@@ -215,8 +239,9 @@ def test_distributed_shards_are_disjoint_and_cover_the_epochs_samples(kind: str)
     for rank in range(2):
         # Lightning's own replacement of a shuffled loader's sampler in a 2-process run.
         loader = module.train_dataloader()
-        sampler = _get_distributed_sampler(loader, shuffle=True, overfit_batches=0,
-                                           num_replicas=2, rank=rank, seed=0)
+        sampler = _get_distributed_sampler(
+            loader, shuffle=True, overfit_batches=0, num_replicas=2, rank=rank, seed=0
+        )
         sampler.set_epoch(1)
         shards.append(list(sampler))
         batches = list(_update_dataloader(loader, sampler))
@@ -240,14 +265,19 @@ def test_unknown_construction_or_stride_is_one_line_naming_the_setting() -> None
     assert "last_window, windows, prefixes" in message
     for stride in (0, MAX_LEN + 1):
         with pytest.raises(ConfigError, match=rf"^task\.datamodule\.window_stride={stride}:"):
-            SeqRecDataModule(Unread(), "unused", max_len=MAX_LEN, train_samples="windows",
-                             window_stride=stride)
+            SeqRecDataModule(
+                Unread(), "unused", max_len=MAX_LEN, train_samples="windows", window_stride=stride
+            )
 
 
 @pytest.mark.slow
 def test_unknown_construction_stops_train_py_with_one_line(tmp_path: Path) -> None:
-    done = run_train(*TINY_RUN, "task.datamodule.train_samples=every",
-                     f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'run'}")
+    done = run_train(
+        *TINY_RUN,
+        "task.datamodule.train_samples=every",
+        f"paths.data_dir={tmp_path / 'data'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
         "error: task.datamodule.train_samples=every: give one of last_window, windows, prefixes"
@@ -266,8 +296,14 @@ def test_prefixes_are_the_default(compose_config: Callable[..., DictConfig]) -> 
 def test_training_runs_with_each_construction(
     compose_config: Callable[..., DictConfig], kind: str, sampler: str
 ) -> None:
-    cfg = compose_config([*TINY_RUN, *sampler_overrides(sampler), "trainer.max_epochs=1",
-                          f"task.datamodule.train_samples={kind}"])
+    cfg = compose_config(
+        [
+            *TINY_RUN,
+            *sampler_overrides(sampler),
+            "trainer.max_epochs=1",
+            f"task.datamodule.train_samples={kind}",
+        ]
+    )
     results = train(cfg)
     assert 0.0 <= results["metrics"]["test/ndcg@10"] <= 1.0
     assert results["config"]["task"]["datamodule"]["train_samples"] == kind
@@ -278,8 +314,15 @@ def test_training_runs_with_each_construction(
 def test_training_runs_with_a_global_time_split(
     compose_config: Callable[..., DictConfig], kind: str
 ) -> None:
-    cfg = compose_config([*TINY_RUN, *sampler_overrides("midx"), "trainer.max_epochs=1",
-                          "split=global_time", f"task.datamodule.train_samples={kind}",
-                          "task.datamodule.window_stride=5"])
+    cfg = compose_config(
+        [
+            *TINY_RUN,
+            *sampler_overrides("midx"),
+            "trainer.max_epochs=1",
+            "split=global_time",
+            f"task.datamodule.train_samples={kind}",
+            "task.datamodule.window_stride=5",
+        ]
+    )
     results = train(cfg)
     assert 0.0 <= results["metrics"]["test/ndcg@10"] <= 1.0

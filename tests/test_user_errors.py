@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import run_train
 
 #: The overrides of each bad input (``{tmp}`` is the test's folder) and the line it must print.
@@ -52,8 +51,11 @@ def _bad_input(tmp_path: Path, case: str) -> tuple[list[str], str]:
     (tmp_path / "empty.csv").write_text("")
     overrides, line = BAD_INPUTS[case]
     arguments = [o.format(tmp=tmp_path) for o in overrides]
-    return [*arguments, f"hydra.run.dir={tmp_path / 'run'}",
-            f"paths.data_dir={tmp_path / 'data'}"], line.format(tmp=tmp_path)
+    return [
+        *arguments,
+        f"hydra.run.dir={tmp_path / 'run'}",
+        f"paths.data_dir={tmp_path / 'data'}",
+    ], line.format(tmp=tmp_path)
 
 
 def _assert_nothing_written(tmp_path: Path) -> None:

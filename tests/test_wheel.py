@@ -17,19 +17,34 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import ROOT
-from recsys_midx.app.trained import load_run
 from trained_runs import TINY_CUSTOM_RUN, brute_force, csv_histories, write_interactions
+
+from recsys_midx.app.trained import load_run
 
 #: What a build must not see: outputs of runs and earlier builds (a stale ``build/`` would put
 #: removed files into the wheel), caches and version control.
-NOT_SOURCES = shutil.ignore_patterns(".git", "build", "*.egg-info", "datasets", "outputs",
-                                     "multirun", "site", "__pycache__", ".pytest_cache", ".venv")
+NOT_SOURCES = shutil.ignore_patterns(
+    ".git",
+    "build",
+    "*.egg-info",
+    "datasets",
+    "outputs",
+    "multirun",
+    "site",
+    "__pycache__",
+    ".pytest_cache",
+    ".venv",
+)
 
 #: The console commands of ``pyproject.toml``'s ``[project.scripts]``.
-COMMANDS = ("recsys-midx-train", "recsys-midx-summarize", "recsys-midx-recommend",
-            "recsys-midx-eval", "recsys-midx-export")
+COMMANDS = (
+    "recsys-midx-train",
+    "recsys-midx-summarize",
+    "recsys-midx-recommend",
+    "recsys-midx-eval",
+    "recsys-midx-export",
+)
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -50,10 +65,22 @@ def reuse_installed_dependencies(venv: Path, env: dict[str, str]) -> Path:
     Returns:
         The ``.pth`` file written.
     """
-    own = _run([str(venv / "bin" / "python"), "-c", "import sysconfig; "
-                "print(sysconfig.get_paths()['purelib'])"], venv, env).stdout.strip()
-    outer = dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"],
-                           sysconfig.get_paths()["platlib"]])
+    own = _run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ],
+        venv,
+        env,
+    ).stdout.strip()
+    outer = dict.fromkeys(
+        [
+            *site.getsitepackages(),
+            sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"],
+        ]
+    )
     pth = Path(own) / "outer-site-packages.pth"
     pth.write_text("".join(f"{path}\n" for path in outer if Path(path).is_dir()))
     return pth
@@ -76,18 +103,47 @@ class Installed:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     tmp_path = tmp_path_factory.mktemp("wheel")
     # Neither this checkout (PYTHONPATH) nor a data folder of the caller may leak into the run.
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "RECSYS_MIDX_DATA_DIR", "HYDRA_FULL_ERROR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "RECSYS_MIDX_DATA_DIR", "HYDRA_FULL_ERROR")
+    }
     source, wheels = tmp_path / "source", tmp_path / "wheels"
     shutil.copytree(ROOT, source, ignore=NOT_SOURCES)
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-          "-w", str(wheels), str(source)], cwd=tmp_path, env=env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(source),
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     (wheel,) = wheels.glob("recsys_midx-*.whl")
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
     reuse_installed_dependencies(venv, env)
-    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q",
-          str(wheel)], tmp_path, env)
+    _run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            str(wheel),
+        ],
+        tmp_path,
+        env,
+    )
     path = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     return Installed(wheel, venv, {**env, "PATH": path})
 
@@ -95,13 +151,20 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 @pytest.mark.slow
 def test_the_wheel_trains_from_an_empty_folder(installed: Installed, tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(installed.wheel).namelist())
-    assert {"recsys_midx/conf/config.yaml", "recsys_midx/conf/sampler/midx.yaml",
-            "recsys_midx/conf/debug/default.yaml", "recsys_midx/app/train.py"} <= names
+    assert {
+        "recsys_midx/conf/config.yaml",
+        "recsys_midx/conf/sampler/midx.yaml",
+        "recsys_midx/conf/debug/default.yaml",
+        "recsys_midx/app/train.py",
+    } <= names
     assert not any(name.startswith(("tests/", "conf/", "train.py")) for name in names)
     empty = tmp_path / "empty"
     empty.mkdir()
-    located = _run([installed.command("python"), "-c",
-                    "import recsys_midx; print(recsys_midx.__file__)"], empty, installed.env)
+    located = _run(
+        [installed.command("python"), "-c", "import recsys_midx; print(recsys_midx.__file__)"],
+        empty,
+        installed.env,
+    )
     assert Path(located.stdout.strip()).is_relative_to(installed.venv), located.stdout
     for command in COMMANDS:
         assert Path(installed.command(command)).is_file(), command
@@ -126,14 +189,37 @@ def test_a_newcomer_trains_on_own_data_and_gets_unseen_raw_items(
     folder = tmp_path / "newcomer"
     folder.mkdir()
     write_interactions(folder / "interactions.csv")
-    _run([installed.command("recsys-midx-train"), "dataset=custom",
-          "dataset.path=interactions.csv", "dataset.columns.user=uid",
-          "dataset.columns.item=sku", "dataset.columns.time=ts", *TINY_CUSTOM_RUN,
-          "sampler=uniform", "sampler.num_negatives=20", "hydra.run.dir=run"],
-         folder, installed.env)
+    _run(
+        [
+            installed.command("recsys-midx-train"),
+            "dataset=custom",
+            "dataset.path=interactions.csv",
+            "dataset.columns.user=uid",
+            "dataset.columns.item=sku",
+            "dataset.columns.time=ts",
+            *TINY_CUSTOM_RUN,
+            "sampler=uniform",
+            "sampler.num_negatives=20",
+            "hydra.run.dir=run",
+        ],
+        folder,
+        installed.env,
+    )
     users = ["user-003", "user-017", "user-042"]
-    _run([installed.command("recsys-midx-recommend"), "run", "--users", *users, "--k", "5",
-          "--out", "recs.csv"], folder, installed.env)
+    _run(
+        [
+            installed.command("recsys-midx-recommend"),
+            "run",
+            "--users",
+            *users,
+            "--k",
+            "5",
+            "--out",
+            "recs.csv",
+        ],
+        folder,
+        installed.env,
+    )
 
     recs = pd.read_csv(folder / "recs.csv", dtype={"user": str, "item": str})
     # The run's settings name its data relative to the folder it was trained in.

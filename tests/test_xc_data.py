@@ -61,21 +61,36 @@ def test_reader_parses_points_and_shifts_labels(tmp_path: Path) -> None:
 
 def test_reader_round_trip_through_the_writer(tmp_path: Path) -> None:
     data = generate_xc(
-        num_labels=50, num_features=80, num_train=30, num_test=10, num_topics=4,
-        mean_labels=3.0, max_labels=6, signature_size=3, signature_keep=0.8, noise_features=2.0,
-        power_law_exponent=1.0, topic_coherence=0.5, seed=3,
+        num_labels=50,
+        num_features=80,
+        num_train=30,
+        num_test=10,
+        num_topics=4,
+        mean_labels=3.0,
+        max_labels=6,
+        signature_size=3,
+        signature_keep=0.8,
+        noise_features=2.0,
+        power_law_exponent=1.0,
+        topic_coherence=0.5,
+        seed=3,
     )
     assert (data.labels.row_lengths() > 0).all()
     empty = XCData(
         CSR(np.array([0, 1]), np.array([7], np.int32), np.array([0.25], np.float32)),
-        CSR(np.array([0, 0]), np.array([], np.int32)), 80, 50,
+        CSR(np.array([0, 0]), np.array([], np.int32)),
+        80,
+        50,
     )
     both = XCData(
-        CSR(np.concatenate([data.features.indptr, [data.features.indptr[-1] + 1]]),
+        CSR(
+            np.concatenate([data.features.indptr, [data.features.indptr[-1] + 1]]),
             np.concatenate([data.features.indices, empty.features.indices]),
-            np.concatenate([data.features.values, empty.features.values])),
+            np.concatenate([data.features.values, empty.features.values]),
+        ),
         CSR(np.concatenate([data.labels.indptr, [data.labels.indptr[-1]]]), data.labels.indices),
-        80, 50,
+        80,
+        50,
     )
     path = write_xc_file(tmp_path / "round.txt", both)
     assert path.read_text().splitlines()[-1].startswith(" "), "a point without labels"
@@ -100,8 +115,9 @@ def test_reader_merges_unsorted_and_repeated_ids(tmp_path: Path) -> None:
         ("1 6\n0 1:1\n", 1, "header must be"),
     ],
 )
-def test_reader_reports_format_errors(tmp_path: Path, text: str, line: int | None,
-                                      message: str) -> None:
+def test_reader_reports_format_errors(
+    tmp_path: Path, text: str, line: int | None, message: str
+) -> None:
     with pytest.raises(XCFormatError, match=message) as caught:
         read_xc_file(_write(tmp_path, text))
     assert caught.value.line == line
@@ -133,7 +149,10 @@ def test_repository_source_caches_parquet(tmp_path: Path) -> None:
     _assert_same(dataset.train, read_xc_file(raw / "train.txt"))
     assert dataset.stats["train_points"] == 4 and dataset.stats["test_points"] == 1
     assert sorted(path.name for path in dataset.directory.iterdir()) == [
-        "settings.json", "stats.json", "test.parquet", "train.parquet"
+        "settings.json",
+        "stats.json",
+        "test.parquet",
+        "train.parquet",
     ]
     (raw / "train.txt").unlink()  # the cache key needs the raw files, the data does not change
     _write(raw, TEXT, "train.txt")
@@ -168,9 +187,19 @@ def test_synthetic_is_deterministic_and_seeded(tmp_path: Path) -> None:
 def test_synthetic_label_frequencies_follow_a_power_law() -> None:
     exponent = 1.0
     data = generate_xc(
-        num_labels=2000, num_features=4000, num_train=30000, num_test=1, num_topics=20,
-        mean_labels=3.0, max_labels=10, signature_size=4, signature_keep=0.7,
-        noise_features=2.0, power_law_exponent=exponent, topic_coherence=0.7, seed=0,
+        num_labels=2000,
+        num_features=4000,
+        num_train=30000,
+        num_test=1,
+        num_topics=20,
+        mean_labels=3.0,
+        max_labels=10,
+        signature_size=4,
+        signature_keep=0.7,
+        noise_features=2.0,
+        power_law_exponent=exponent,
+        topic_coherence=0.7,
+        seed=0,
     )
     counts = np.sort(data.label_counts()[1:])[::-1].astype(float)
     ranks = np.arange(1, 101)
@@ -182,16 +211,27 @@ def test_synthetic_label_frequencies_follow_a_power_law() -> None:
 def test_synthetic_signatures_make_labels_predictable_from_features() -> None:
     # Points sharing a label share signature features far more than random pairs do.
     data = generate_xc(
-        num_labels=100, num_features=2000, num_train=2000, num_test=1, num_topics=10,
-        mean_labels=1.0, max_labels=1, signature_size=8, signature_keep=1.0, noise_features=0.0,
-        power_law_exponent=0.0, topic_coherence=0.0, seed=0,
+        num_labels=100,
+        num_features=2000,
+        num_train=2000,
+        num_test=1,
+        num_topics=10,
+        mean_labels=1.0,
+        max_labels=1,
+        signature_size=8,
+        signature_keep=1.0,
+        noise_features=0.0,
+        power_law_exponent=0.0,
+        topic_coherence=0.0,
+        seed=0,
     )
     first = data.take(np.array([0]))
     same = np.flatnonzero(data.labels.indices == first.labels.indices[0])
     assert len(same) > 2
     for row in same[1:3]:
-        np.testing.assert_array_equal(data.take(np.array([row])).features.indices,
-                                      first.features.indices)
+        np.testing.assert_array_equal(
+            data.take(np.array([row])).features.indices, first.features.indices
+        )
 
 
 def test_data_module_splits_and_batches(tmp_path: Path) -> None:
@@ -202,10 +242,14 @@ def test_data_module_splits_and_batches(tmp_path: Path) -> None:
     assert dm.num_items == 60 and dm.encoder_sizes == {"num_features": 200, "num_labels": 60}
     assert dm.stats["splits"]["val"] == 60 and dm.stats["splits"]["test"] == 80
     assert dm.item_counts.shape == (61,) and dm.item_counts[0] == 0
-    assert dm.num_train_points == dm.stats["splits"]["train"] == int(
-        (dm.splits["train"].labels.row_lengths() > 0).sum())
-    weights = inverse_propensities(dm.item_counts, dm.num_train_points, source.propensity_a,
-                                   source.propensity_b)
+    assert (
+        dm.num_train_points
+        == dm.stats["splits"]["train"]
+        == int((dm.splits["train"].labels.row_lengths() > 0).sum())
+    )
+    weights = inverse_propensities(
+        dm.item_counts, dm.num_train_points, source.propensity_a, source.propensity_b
+    )
     assert weights.shape == (61,) and weights[0] == 0
     batch = next(iter(dm.train_dataloader()))
     features, labels = batch["features"], batch["labels"]
@@ -217,9 +261,14 @@ def test_data_module_splits_and_batches(tmp_path: Path) -> None:
 
 def test_make_batch_pads_labels_and_keeps_bags() -> None:
     data = XCData(
-        CSR(np.array([0, 2, 2, 3]), np.array([1, 4, 0], np.int32),
-            np.array([0.5, 1.0, 2.0], np.float32)),
-        CSR(np.array([0, 2, 2, 3]), np.array([1, 3, 2], np.int32)), 5, 3,
+        CSR(
+            np.array([0, 2, 2, 3]),
+            np.array([1, 4, 0], np.int32),
+            np.array([0.5, 1.0, 2.0], np.float32),
+        ),
+        CSR(np.array([0, 2, 2, 3]), np.array([1, 3, 2], np.int32)),
+        5,
+        3,
     )
     batch = make_batch(data, [2, 0, 1])
     assert batch["labels"].tolist() == [[2, 0], [1, 3], [0, 0]]

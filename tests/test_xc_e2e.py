@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import sampler_overrides
 from hydra.errors import InstantiationException
 
-from conftest import sampler_overrides
 from recsys_midx.app.experiment import build, train
 
 #: Overrides that make an extreme classification run take a few seconds.

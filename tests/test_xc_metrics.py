@@ -77,8 +77,15 @@ def test_inverse_propensities_match_hand_computed_values() -> None:
 
 
 def test_xc_module_weighs_psp_by_the_data_module_label_counts(tmp_path: Path) -> None:
-    source = XCSynthetic(num_labels=40, num_features=100, num_train=150, num_test=30, seed=1,
-                         propensity_a=0.6, propensity_b=2.6)
+    source = XCSynthetic(
+        num_labels=40,
+        num_features=100,
+        num_train=150,
+        num_test=30,
+        seed=1,
+        propensity_a=0.6,
+        propensity_b=2.6,
+    )
     dm = XCDataModule(source, tmp_path, val_fraction=0.2)
     dm.setup("fit")
     module = SimpleNamespace(trainer=SimpleNamespace(datamodule=dm), inv_propensity=torch.ones(41))
@@ -87,8 +94,9 @@ def test_xc_module_weighs_psp_by_the_data_module_label_counts(tmp_path: Path) ->
     c = (math.log(dm.num_train_points) - 1) * 3.6**0.6
     expected = [0.0] + [1 + c * (n + 2.6) ** -0.6 for n in counts[1:].tolist()]
     assert module.inv_propensity.tolist() == pytest.approx(expected, rel=1e-6)
-    assert torch.equal(module.inv_propensity, inverse_propensities(
-        dm.item_counts, dm.num_train_points, 0.6, 2.6))
+    assert torch.equal(
+        module.inv_propensity, inverse_propensities(dm.item_counts, dm.num_train_points, 0.6, 2.6)
+    )
 
     alone = SimpleNamespace(trainer=SimpleNamespace(datamodule=None), inv_propensity=torch.ones(41))
     XCModule.setup(alone, "fit")  # type: ignore[arg-type]
@@ -138,5 +146,9 @@ def test_accumulator_over_batches_equals_one_batch() -> None:
 
 def test_metrics_need_enough_predictions() -> None:
     with pytest.raises(ValueError, match="at least 5"):
-        xc_metrics(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 1, dtype=torch.long),
-                   torch.ones(2), ks=(1, 5))
+        xc_metrics(
+            torch.ones(2, 3, dtype=torch.long),
+            torch.ones(2, 1, dtype=torch.long),
+            torch.ones(2),
+            ks=(1, 5),
+        )

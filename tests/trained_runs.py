@@ -7,12 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
+from conftest import CONF_DIR, sampler_overrides
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-import torch
-
-from conftest import CONF_DIR, sampler_overrides
 from recsys_midx.app.experiment import train
 from recsys_midx.app.trained import LoadedRun
 
@@ -46,12 +45,21 @@ def write_interactions(path: Path, num_users: int = 60, num_items: int = 40, see
 def custom_config(root: Path, csv_path: Path, overrides: Sequence[str] = ()) -> DictConfig:
     """The config of a tiny run on ``csv_path``, writing under ``root / "run"``."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=[
-            f"paths.output_dir={root / 'run'}", f"paths.data_dir={root / 'data'}",
-            "dataset=custom", f"dataset.path={csv_path}", "dataset.columns.user=uid",
-            "dataset.columns.item=sku", "dataset.columns.time=ts",
-            *TINY_CUSTOM_RUN, *sampler_overrides("uniform"), *overrides,
-        ])
+        return compose(
+            "config",
+            overrides=[
+                f"paths.output_dir={root / 'run'}",
+                f"paths.data_dir={root / 'data'}",
+                "dataset=custom",
+                f"dataset.path={csv_path}",
+                "dataset.columns.user=uid",
+                "dataset.columns.item=sku",
+                "dataset.columns.time=ts",
+                *TINY_CUSTOM_RUN,
+                *sampler_overrides("uniform"),
+                *overrides,
+            ],
+        )
 
 
 def train_custom_run(root: Path, overrides: Sequence[str] = ()) -> Path:
@@ -73,16 +81,16 @@ def csv_histories(run_dir: Path) -> dict[str, list[str]]:
     return {user: list(group["sku"]) for user, group in frame.groupby("uid", sort=False)}
 
 
-def brute_force(run: LoadedRun, raw_history: list[str], k: int, exclude_seen: bool) -> tuple[
-    list[str], np.ndarray
-]:
+def brute_force(
+    run: LoadedRun, raw_history: list[str], k: int, exclude_seen: bool
+) -> tuple[list[str], np.ndarray]:
     """Top-k raw item ids and scores: the whole item table scored at once for the query of the
     history's last ``max_len`` items."""
     history = run.items.internal(raw_history)
     max_len = run.datamodule.max_len
     inputs = torch.zeros(1, max_len, dtype=torch.long)
     tail = torch.from_numpy(history[-max_len:])
-    inputs[0, max_len - len(tail):] = tail
+    inputs[0, max_len - len(tail) :] = tail
     with torch.no_grad():
         query = run.module.encoder(inputs)[:, -1]
         scores = (query @ run.module.encoder.item_table[1:].T)[0].clone()

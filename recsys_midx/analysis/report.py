@@ -43,14 +43,25 @@ def write_report(spectra: Sequence[BottleneckSpectra], out_dir: str | Path) -> d
     paths = {"csv": out_dir / CSV_NAME, "plot": out_dir / PLOT_NAME}
     with paths["csv"].open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["label", "head", "dim", "log_prob_rank", "spectrum", "index", "value",
-                         "relative"])
+        writer.writerow(
+            ["label", "head", "dim", "log_prob_rank", "spectrum", "index", "value", "relative"]
+        )
         for entry in spectra:
             for name, values in (("log_prob", entry.log_prob), ("jacobian", entry.jacobian)):
                 top = float(values.max()) if values.numel() else 0.0
                 for index, value in enumerate(values.tolist()):
-                    writer.writerow([entry.label, entry.head, entry.dim, entry.log_prob_rank,
-                                     name, index, value, value / top if top > 0 else 0.0])
+                    writer.writerow(
+                        [
+                            entry.label,
+                            entry.head,
+                            entry.dim,
+                            entry.log_prob_rank,
+                            name,
+                            index,
+                            value,
+                            value / top if top > 0 else 0.0,
+                        ]
+                    )
     _plot(spectra, paths["plot"])
     return paths
 

@@ -1,9 +1,9 @@
 """Evaluate a trained checkpoint on validation and test, without training.
 
-``python eval.py run_dir=RUN_FOLDER`` (``recsys_midx/conf/eval.yaml``) rebuilds a ``train.py`` run from its
-saved config, loads its best checkpoint, runs the full-ranking validation and test, and writes
-``results.json`` into its own output folder with the keys a training run writes (training
-timings, best epoch and epochs run are null).
+``python eval.py run_dir=RUN_FOLDER`` (``recsys_midx/conf/eval.yaml``) rebuilds a ``train.py``
+run from its saved config, loads its best checkpoint, runs the full-ranking validation and test,
+and writes ``results.json`` into its own output folder with the keys a training run writes
+(training timings, best epoch and epochs run are null).
 """
 
 from __future__ import annotations
@@ -99,8 +99,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     experiment = build(model_cfg)
     module, datamodule = experiment.module, experiment.datamodule
     load_weights(module, checkpoint)
-    trainer = instantiate(model_cfg.trainer, callbacks=[], logger=False,
-                          enable_checkpointing=False)
+    trainer = instantiate(model_cfg.trainer, callbacks=[], logger=False, enable_checkpointing=False)
     val_metrics = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
     test_metrics = trainer.test(module, datamodule=datamodule, verbose=False)[0]
     results = {

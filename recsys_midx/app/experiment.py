@@ -124,8 +124,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule, module, trainer = experiment.datamodule, experiment.module, experiment.trainer
     output_dir = experiment.output_dir
     start = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule,
-                ckpt_path=resume_checkpoint(cfg.get("resume"), trainer))
+    trainer.fit(
+        module, datamodule=datamodule, ckpt_path=resume_checkpoint(cfg.get("resume"), trainer)
+    )
     train_wall_seconds = time.perf_counter() - start
     # Testing restores callback states from the best checkpoint: keep the full logs first.
     epochs = list(experiment.epoch_log.rows)
@@ -135,8 +136,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # A run without checkpoints (fast_dev_run, checkpointing off) is tested as it ends.
     checkpointing = trainer.checkpoint_callback
     best_checkpoint = checkpointing.best_model_path if checkpointing else ""
-    test_metrics = trainer.test(module, datamodule=datamodule,
-                                ckpt_path="best" if best_checkpoint else None, verbose=False)[0]
+    test_metrics = trainer.test(
+        module, datamodule=datamodule, ckpt_path="best" if best_checkpoint else None, verbose=False
+    )[0]
 
     monitor = cfg.task.monitor
     best = EpochLog.best_row(epochs, monitor) or {}
@@ -170,15 +172,20 @@ def sampler_fields(module: CatalogModule, refreshes: list[dict[str, float]]) -> 
     """The ``sampler`` and ``exact_positives`` entries of ``results.json``, for a training run
     (its refresh history) and an evaluation (no refreshes) alike."""
     return {
-        "sampler": {**sampler_summary(refreshes), "sizing": module.sampler.sizing(),
-                    "exhaustive": module.sampler.exhaustive},
+        "sampler": {
+            **sampler_summary(refreshes),
+            "sizing": module.sampler.sizing(),
+            "exhaustive": module.sampler.exhaustive,
+        },
         "exact_positives": counts_positives_exactly(module.loss, module.sampler),
     }
 
 
 def sampler_summary(refreshes: list[dict[str, float]]) -> dict[str, Any]:
     """Refresh count and time, and the proposal's divergence at the first and last build."""
-    seconds = [row["sampler/refresh_seconds"] for row in refreshes if "sampler/refresh_seconds" in row]
+    seconds = [
+        row["sampler/refresh_seconds"] for row in refreshes if "sampler/refresh_seconds" in row
+    ]
     diagnosed = [row for row in refreshes if "sampler/kl" in row]
     return {
         "refreshes": len(seconds),
@@ -223,8 +230,11 @@ def _print_summary(results: dict[str, Any], path: Path) -> None:
     names = sorted({key.split("/", 1)[1] for key in metrics}, key=_metric_order)
     for name in names:
         table.add_row(
-            name, *(f"{metrics[f'{split}/{name}']:.4f}" if f"{split}/{name}" in metrics else "-"
-                    for split in ("val", "test"))
+            name,
+            *(
+                f"{metrics[f'{split}/{name}']:.4f}" if f"{split}/{name}" in metrics else "-"
+                for split in ("val", "test")
+            ),
         )
     console = Console()
     console.print(table)
@@ -267,11 +277,15 @@ def sampler_lines(results: dict[str, Any]) -> list[str]:
     name = sampler["_target_"].rsplit(".", 1)[-1]
     sizing = summary.get("sizing") or {}
     top = " and its exact top cells" if sizing.get("exact_top_codewords") else ""
-    lines = [f"sampled softmax: {sampler['num_negatives']} negatives from {name}{top} per query, "
-             f"of {items:,} items"]
+    lines = [
+        f"sampled softmax: {sampler['num_negatives']} negatives from {name}{top} per query, "
+        f"of {items:,} items"
+    ]
     if summary.get("kl_last") is not None and summary.get("kl_uniform_last") is not None:
-        lines.append(f"proposal: KL(softmax || q) = {summary['kl_last']:.2f} nats at the last "
-                     f"refresh; uniform: {summary['kl_uniform_last']:.2f}")
+        lines.append(
+            f"proposal: KL(softmax || q) = {summary['kl_last']:.2f} nats at the last "
+            f"refresh; uniform: {summary['kl_uniform_last']:.2f}"
+        )
     return lines
 
 

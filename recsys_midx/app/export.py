@@ -84,11 +84,13 @@ def export_items(run: RunLike, out_dir: str | Path, index_factory: str | None = 
     out_dir.mkdir(parents=True, exist_ok=True)
 
     ids = np.arange(1, num_items + 1, dtype=np.int32)
-    table = pa.table({
-        "item": pa.array(run.items.raw[ids].astype(str), type=pa.string()),
-        "item_id": pa.array(ids, type=pa.int32()),
-        "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
-    })
+    table = pa.table(
+        {
+            "item": pa.array(run.items.raw[ids].astype(str), type=pa.string()),
+            "item_id": pa.array(ids, type=pa.int32()),
+            "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
+        }
+    )
     pq.write_table(table, out_dir / ITEMS_FILE)
 
     index = _build_index(vectors, index_factory)
@@ -167,10 +169,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("run_dir", type=Path, help="the run folder of train.py")
     parser.add_argument("--out", type=Path, required=True, help="the folder to write")
-    parser.add_argument("--index-factory", default=None,
-                        help="faiss index factory string (default: exact IndexFlatIP)")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="where the run's dataset lives, if not where its config says")
+    parser.add_argument(
+        "--index-factory",
+        default=None,
+        help="faiss index factory string (default: exact IndexFlatIP)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where the run's dataset lives, if not where its config says",
+    )
     args = parser.parse_args(argv)
     try:
         path = export_items(load_run(args.run_dir, args.data_dir), args.out, args.index_factory)

@@ -22,12 +22,12 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from recsys_midx.app import step_memory
+from recsys_midx.app.threads import processes_per_machine
 from recsys_midx.errors import ConfigError
 from recsys_midx.lit.checkpointing import RESUME_AUTO
 from recsys_midx.lit.xc import XCModule
 from recsys_midx.metrics.ranking import metric_names
 from recsys_midx.metrics.xc import xc_metric_names
-from recsys_midx.app.threads import processes_per_machine
 
 #: Valid values of the MIDX sampler's enumerated settings (``recsys_midx.samplers.MIDXSampler``).
 MIDX_CHOICES: dict[str, tuple[str, ...]] = {
@@ -74,10 +74,14 @@ def logged_validation_metrics(cfg: DictConfig) -> tuple[str, list[str]]:
     """
     key = _source_key(cfg.task.module, "ks", "task.module.ks")
     ks = cfg.task.module.ks
-    if (not isinstance(ks, (list, ListConfig)) or not ks
-            or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks)):
-        raise ConfigError(f"{key}={_show(ks)}: give a non-empty list of positive cut-offs, "
-                          "e.g. [10, 20]")
+    if (
+        not isinstance(ks, (list, ListConfig))
+        or not ks
+        or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks)
+    ):
+        raise ConfigError(
+            f"{key}={_show(ks)}: give a non-empty list of positive cut-offs, e.g. [10, 20]"
+        )
     is_xc = issubclass(get_class(cfg.task.module._target_), XCModule)
     names = (xc_metric_names if is_xc else metric_names)(list(ks))
     return key, [f"val/{name}" for name in names]
@@ -168,9 +172,7 @@ def check_sampler(cfg: DictConfig) -> None:
     for name, choices in MIDX_CHOICES.items():
         value = sampler.get(name)
         if value is not None and value not in choices:
-            raise ConfigError(
-                f"sampler.{name}={value}: choose one of {', '.join(choices)}"
-            )
+            raise ConfigError(f"sampler.{name}={value}: choose one of {', '.join(choices)}")
     books, dim = sampler.get("num_codebooks"), cfg.model.get("dim")
     if sampler.get("quantizer") == "pq" and books and dim and dim % books:
         raise ConfigError(
@@ -228,8 +230,10 @@ def check_memory(cfg: DictConfig) -> None:
     queries = f"task.datamodule.batch_size={datamodule.batch_size}"
     if estimate.positions > 1:
         length = _source_key(datamodule, "max_len", "task.datamodule.max_len")
-        queries += (f" x {length}={estimate.positions} queries "
-                    f"(task.datamodule.train_samples={datamodule.train_samples})")
+        queries += (
+            f" x {length}={estimate.positions} queries "
+            f"(task.datamodule.train_samples={datamodule.train_samples})"
+        )
     else:
         queries += " queries"
     if processes > 1:

@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m recsys_midx.data",
         description="Prepare a dataset (download, preprocess, cache as Parquet) or describe a "
-                    "prepared one.",
+        "prepared one.",
     )
     parser.add_argument("command", choices=("prepare", "describe"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. dataset=ml-1m")
@@ -119,7 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 console.print(
                     f"{source.name} is not prepared with these settings (no {directory}); run\n"
                     f"  python -m recsys_midx.data prepare {' '.join(args.overrides)}",
-                    style="red", highlight=False, markup=False,
+                    style="red",
+                    highlight=False,
+                    markup=False,
                 )
                 return 1
             stats = load_stats(directory)
@@ -139,6 +141,7 @@ def _data_error(error: BaseException | None) -> DataError | None:
             return error
         error = error.__cause__
     return None
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -110,19 +110,27 @@ def recommend(
         run.module.to(torch.device(device))
     frames = []
     for first in range(0, len(sequences), batch_size):
-        batch = sequences[first:first + batch_size]
+        batch = sequences[first : first + batch_size]
         queries, log_weights = history_queries(run, batch, chunk_size)
         scores, ids = _top_items(queries, log_weights, run, batch, k, exclude_seen, chunk_size)
         rows, ranks = np.nonzero(ids > 0)
-        frames.append(pd.DataFrame({
-            "user": pd.Series([labels[first + row] for row in rows], dtype=object),
-            "rank": (ranks + 1).astype(np.int64),
-            "item": run.items.raw[ids[rows, ranks]],
-            "score": scores[rows, ranks].astype(np.float32),
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "user": pd.Series([labels[first + row] for row in rows], dtype=object),
+                    "rank": (ranks + 1).astype(np.int64),
+                    "item": run.items.raw[ids[rows, ranks]],
+                    "score": scores[rows, ranks].astype(np.float32),
+                }
+            )
+        )
     if not frames:
-        return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in
-                             zip(COLUMNS, (object, np.int64, object, np.float32))})
+        return pd.DataFrame(
+            {
+                name: pd.Series(dtype=dtype)
+                for name, dtype in zip(COLUMNS, (object, np.int64, object, np.float32))
+            }
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -200,8 +208,9 @@ def _top_items(
     # A user's top k unseen items are among its top k + (number of distinct seen items).
     extra = max((len(s) for s in seen), default=0)
     width = min(k + extra, num_items)
-    scores_t, ids_t = top_labels(queries, run.module.encoder.item_table, width, chunk_size,
-                                 log_weights)
+    scores_t, ids_t = top_labels(
+        queries, run.module.encoder.item_table, width, chunk_size, log_weights
+    )
     scores, ids = scores_t.cpu().numpy(), ids_t.cpu().numpy()
     if not exclude_seen:
         return scores, ids
@@ -239,18 +248,33 @@ def _parser() -> argparse.ArgumentParser:
     who = parser.add_mutually_exclusive_group(required=True)
     who.add_argument("--users", nargs="+", metavar="USER", help="raw user ids of the dataset")
     who.add_argument("--all", action="store_true", help="every user of the run's split")
-    who.add_argument("--histories-file", type=Path, metavar="F",
-                     help="JSON: a list of raw item id lists, or {label: [raw item ids]}")
+    who.add_argument(
+        "--histories-file",
+        type=Path,
+        metavar="F",
+        help="JSON: a list of raw item id lists, or {label: [raw item ids]}",
+    )
     parser.add_argument("--k", type=int, default=10, help="items per user (default 10)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output file, .parquet or .csv (default: CSV on stdout)")
-    parser.add_argument("--include-seen", action="store_true",
-                        help="keep items of the user's history in its recommendations")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output file, .parquet or .csv (default: CSV on stdout)",
+    )
+    parser.add_argument(
+        "--include-seen",
+        action="store_true",
+        help="keep items of the user's history in its recommendations",
+    )
     parser.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, ...")
     parser.add_argument("--batch-size", type=int, default=256, help="users scored at once")
     parser.add_argument("--chunk-size", type=int, default=65536, help="items scored at once")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="where the run's dataset lives, if not where its config says")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where the run's dataset lives, if not where its config says",
+    )
     return parser
 
 
@@ -279,9 +303,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         histories = _read_histories(args.histories_file) if args.histories_file else None
         run = load_run(args.run_dir, args.data_dir)
         recs = recommend(
-            run, users="all" if args.all else args.users, histories=histories, k=args.k,
-            exclude_seen=not args.include_seen, batch_size=args.batch_size,
-            chunk_size=args.chunk_size, device=args.device,
+            run,
+            users="all" if args.all else args.users,
+            histories=histories,
+            k=args.k,
+            exclude_seen=not args.include_seen,
+            batch_size=args.batch_size,
+            chunk_size=args.chunk_size,
+            device=args.device,
         )
     except (UnknownIdsError, ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")

@@ -38,8 +38,8 @@ from omegaconf import DictConfig, ListConfig
 from recsys_midx.heads.mos import MoSHead
 from recsys_midx.lit.seqrec import SeqRecModule
 from recsys_midx.lit.xc import XCModule
-from recsys_midx.scoring.logsumexp import items_per_chunk
 from recsys_midx.losses.softmax import CatalogSoftmax
+from recsys_midx.scoring.logsumexp import items_per_chunk
 
 #: Bytes of a float32 value: the softmax losses compute in float32 whatever the model's precision.
 FLOAT_BYTES = 4

@@ -1,4 +1,5 @@
-"""Summarise runs: mean ± std over seeds of each group of runs that differ only in their seed, and plots.
+"""Summarise runs: mean ± std over seeds of each group of runs that differ only in their seed,
+and plots.
 
 Reads every ``results.json`` below the given folders (e.g. a Hydra multirun directory), prints a
 markdown table and writes it as ``summary.md`` and ``summary.csv`` together with three PNG plots
@@ -56,24 +57,31 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
             output_dirs.append(result.get("output_dir", str(path.parent)))
             sampler = config["sampler"]
             monitor = config.get("task", {}).get("monitor", DEFAULT_MONITOR)
-            rows.append({
-                "dataset": config["dataset"]["name"],
-                "model": config["model"]["_target_"].rsplit(".", 1)[-1],
-                "head": _head_name(config),
-                "sampler": _sampler_name(sampler, config.get("loss", {}),
-                                         config.get("callbacks") or {}, result),
-                "negatives": sampler.get("num_negatives") if "Full" not in sampler["_target_"]
-                else None,
-                "seed": config["seed"],
-                "monitor": monitor,
-                "test quality": result["metrics"].get(f"test/{monitor.removeprefix('val/')}"),
-                **{name: result["metrics"].get(name) for name in METRICS.get(monitor, [monitor])},
-                "epochs": result["epochs_run"],
-                "best_epoch": result["best_epoch"],
-                "s/epoch": result["seconds_per_epoch"],
-                "train s": result["train_wall_seconds"],
-                "path": str(path.parent),
-            })
+            rows.append(
+                {
+                    "dataset": config["dataset"]["name"],
+                    "model": config["model"]["_target_"].rsplit(".", 1)[-1],
+                    "head": _head_name(config),
+                    "sampler": _sampler_name(
+                        sampler, config.get("loss", {}), config.get("callbacks") or {}, result
+                    ),
+                    "negatives": sampler.get("num_negatives")
+                    if "Full" not in sampler["_target_"]
+                    else None,
+                    "seed": config["seed"],
+                    "monitor": monitor,
+                    "test quality": result["metrics"].get(f"test/{monitor.removeprefix('val/')}"),
+                    **{
+                        name: result["metrics"].get(name)
+                        for name in METRICS.get(monitor, [monitor])
+                    },
+                    "epochs": result["epochs_run"],
+                    "best_epoch": result["best_epoch"],
+                    "s/epoch": result["seconds_per_epoch"],
+                    "train s": result["train_wall_seconds"],
+                    "path": str(path.parent),
+                }
+            )
     if not rows:
         raise SystemExit(f"no results.json below {', '.join(map(str, folders))}")
     runs = pd.DataFrame(rows)
@@ -88,7 +96,8 @@ def _distinguishing_settings(runs: pd.DataFrame, varying: list[dict]) -> list[st
     settings = pd.DataFrame(varying, index=runs.index)
     named = runs[NAMED].map(repr).agg("|".join, axis=1)
     open_keys = [
-        key for key in settings.columns
+        key
+        for key in settings.columns
         if (settings[key].map(repr, na_action="ignore").groupby(named).nunique() > 1).any()
     ]
     return [
@@ -168,8 +177,11 @@ def to_markdown(table: pd.DataFrame) -> str:
     """The table in markdown; the ``settings`` column only when some group has settings, and
     no ``±`` for a group of one run."""
     keys = GROUP if (table["settings"] != "").any() else NAMED
-    metrics = [column.removesuffix(" mean") for column in table.columns
-               if column.startswith(("test/", "val/")) and column.endswith(" mean")]
+    metrics = [
+        column.removesuffix(" mean")
+        for column in table.columns
+        if column.startswith(("test/", "val/")) and column.endswith(" mean")
+    ]
     header = [*keys, "seeds", *metrics, "epochs", "s/epoch"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, row in table.iterrows():
@@ -235,9 +247,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--csv", type=Path, help="also write the table as CSV to this file")
-    parser.add_argument("--plots", type=Path,
-                        help="folder for summary.md, summary.csv and the PNG plots "
-                             "(default: the first folder)")
+    parser.add_argument(
+        "--plots",
+        type=Path,
+        help="folder for summary.md, summary.csv and the PNG plots (default: the first folder)",
+    )
     args = parser.parse_args(argv)
     written = write_report(args.folders, args.plots or args.folders[0])
     print(written["markdown"].read_text(), end="")

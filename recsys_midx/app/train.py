@@ -49,14 +49,24 @@ USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, DataError)
 #: ``task.datamodule.num_workers``; a resumed run writing into its own checkpoint folder; and
 #: small datasets with fewer batches per epoch than the logging interval.
 HARMLESS_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
-    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning,
-     r"lightning\.pytorch\.utilities\._pytree"),
-    (r"`\.test\(ckpt_path=\"best\"\)` is called with Trainer configured with multiple "
-     r"`ModelCheckpoint` callbacks", UserWarning, r"lightning\.pytorch\."),
+    (
+        r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        FutureWarning,
+        r"lightning\.pytorch\.utilities\._pytree",
+    ),
+    (
+        r"`\.test\(ckpt_path=\"best\"\)` is called with Trainer configured with multiple "
+        r"`ModelCheckpoint` callbacks",
+        UserWarning,
+        r"lightning\.pytorch\.",
+    ),
     (r"The '\w+' does not have many workers", PossibleUserWarning, r"lightning\.pytorch\."),
     (r"Checkpoint directory .* exists and is not empty", UserWarning, r"lightning\.pytorch\."),
-    (r"The number of training batches \(\d+\) is smaller than the logging interval",
-     PossibleUserWarning, r"lightning\.pytorch\."),
+    (
+        r"The number of training batches \(\d+\) is smaller than the logging interval",
+        PossibleUserWarning,
+        r"lightning\.pytorch\.",
+    ),
 )
 
 #: Lightning's advertisement for its hosted logger, logged at the start of every run.
@@ -143,8 +153,9 @@ def filter_harmless_warnings() -> None:
     again.
     """
     for message, category, module in HARMLESS_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=category, module=module,
-                                append=True)
+        warnings.filterwarnings(
+            "ignore", message=message, category=category, module=module, append=True
+        )
     for name in _RANK_ZERO_LOGGERS:
         logging.getLogger(name).addFilter(_drop_advert)
 
@@ -216,8 +227,11 @@ def remove_if_unused(run_dir: Path) -> bool:
     if not run_dir.is_dir():
         return False
     for entry in run_dir.iterdir():
-        unused = entry.name == ".hydra" or (entry.is_file() and entry.suffix == ".log") or (
-            entry.is_dir() and not any(entry.rglob("*")))
+        unused = (
+            entry.name == ".hydra"
+            or (entry.is_file() and entry.suffix == ".log")
+            or (entry.is_dir() and not any(entry.rglob("*")))
+        )
         if not unused:
             return False
     shutil.rmtree(run_dir)
@@ -274,8 +288,10 @@ def _interrupt_hint(run_dir: Path) -> Iterator[None]:
         yield
     except BaseException:
         if interrupted.is_set() and preflight.run_mode() != RunMode.MULTIRUN:
-            print(f"\ninterrupted; to continue this run:\n  {resume_command(run_dir)}",
-                  file=sys.stderr)
+            print(
+                f"\ninterrupted; to continue this run:\n  {resume_command(run_dir)}",
+                file=sys.stderr,
+            )
         raise
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -166,7 +166,7 @@ class LoadedRun:
                 f"{len(missing)} user(s) without a sequence in the run's split (dropped for "
                 f"having too few interactions): {named}"
             )
-        return [items[offsets[row]:offsets[row + 1]] for row in rows]
+        return [items[offsets[row] : offsets[row + 1]] for row in rows]
 
     def all_user_ids(self) -> np.ndarray:
         """Internal ids of every user with a sequence in the split, ascending."""
@@ -226,7 +226,7 @@ def load_weights(module: CatalogModule, checkpoint: str | Path) -> None:
     for name in ("encoder", "head", "loss"):
         prefix = f"{name}."
         module.get_submodule(name).load_state_dict(
-            {key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
+            {key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)}
         )
 
 
@@ -284,5 +284,14 @@ def as_loaded_run(run: RunLike) -> LoadedRun:
     return run if isinstance(run, LoadedRun) else load_run(run)
 
 
-__all__ = ["IdMap", "LoadedRun", "RunLike", "UnknownIdsError", "as_loaded_run", "load_run",
-           "load_weights", "run_checkpoint", "run_config"]
+__all__ = [
+    "IdMap",
+    "LoadedRun",
+    "RunLike",
+    "UnknownIdsError",
+    "as_loaded_run",
+    "load_run",
+    "load_weights",
+    "run_checkpoint",
+    "run_config",
+]

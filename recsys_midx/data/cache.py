@@ -120,9 +120,7 @@ def cached(
     return load(directory)
 
 
-def checked_settings(
-    directory: Path, files: Sequence[str], schema_version: int
-) -> dict[str, Any]:
+def checked_settings(directory: Path, files: Sequence[str], schema_version: int) -> dict[str, Any]:
     """The ``settings.json`` of a processed folder, once the folder is known to be complete and
     of the schema version the reading code expects.
 

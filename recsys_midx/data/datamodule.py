@@ -88,7 +88,9 @@ class SeqRecDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         for name, value in (
-            ("max_len", max_len), ("batch_size", batch_size), ("eval_batch_size", eval_batch_size)
+            ("max_len", max_len),
+            ("batch_size", batch_size),
+            ("eval_batch_size", eval_batch_size),
         ):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
@@ -166,8 +168,9 @@ class SeqRecDataModule(L.LightningDataModule):
             RuntimeError: if :meth:`setup` has not run.
         """
         split = self._split
-        return TrainSamples(split.items, split.spans("train"), self.max_len, self.train_samples,
-                            self.window_stride)
+        return TrainSamples(
+            split.items, split.spans("train"), self.max_len, self.train_samples, self.window_stride
+        )
 
     @property
     def _split(self) -> SequenceSplit:
@@ -188,8 +191,9 @@ class SeqRecDataModule(L.LightningDataModule):
 
     def _eval_loader(self, stage: Stage) -> DataLoader:
         spans = self._split.spans(stage)
-        return self._loader(len(spans), partial(self._eval_batch, spans=spans),
-                            self.eval_batch_size, shuffle=False)
+        return self._loader(
+            len(spans), partial(self._eval_batch, spans=spans), self.eval_batch_size, shuffle=False
+        )
 
     def _loader(
         self, size: int, collate: Callable[[list[int]], Batch], batch_size: int, shuffle: bool
@@ -214,7 +218,9 @@ class SeqRecDataModule(L.LightningDataModule):
         starts, ends = spans.starts[index], spans.ends[index]
         history_width = int((ends - starts).max())
         return {
-            "inputs": torch.from_numpy(left_padded_windows(split.items, starts, ends, self.max_len)),
+            "inputs": torch.from_numpy(
+                left_padded_windows(split.items, starts, ends, self.max_len)
+            ),
             "targets": torch.from_numpy(split.items[ends]),
             "history": torch.from_numpy(
                 left_padded_windows(split.items, starts, ends, history_width)

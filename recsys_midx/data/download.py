@@ -160,7 +160,10 @@ def _fetch(url: str, target: Path, *, progress: bool, label: str) -> str:
             length = response.headers.get("Content-Length")
             total = int(length) if length else None
             with tqdm(
-                total=total, unit="B", unit_scale=True, desc=label,
+                total=total,
+                unit="B",
+                unit_scale=True,
+                desc=label,
                 disable=not progress or total is None,
             ) as bar:
                 while chunk := response.read(_CHUNK):

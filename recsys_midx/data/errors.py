@@ -154,7 +154,10 @@ class MissingColumnsError(DataError):
     """
 
     def __init__(
-        self, path: Path, missing: Sequence[str], found: Sequence[str],
+        self,
+        path: Path,
+        missing: Sequence[str],
+        found: Sequence[str],
         settings: Sequence[str] = (),
     ) -> None:
         self.path = Path(path)
@@ -201,8 +204,7 @@ class BadValueError(DataError):
         self.value = value
         self.expected = expected
         super().__init__(
-            f"{self.path}, data row {row}, column {column!r}: cannot parse {value!r} "
-            f"as {expected}"
+            f"{self.path}, data row {row}, column {column!r}: cannot parse {value!r} as {expected}"
         )
 
 

@@ -60,10 +60,14 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 
 _SCHEMAS = {
-    "interactions.parquet": pa.schema([
-        ("user_id", pa.int32()), ("item_id", pa.int32()),
-        ("timestamp", pa.int64()), ("rating", pa.float32()),
-    ]),
+    "interactions.parquet": pa.schema(
+        [
+            ("user_id", pa.int32()),
+            ("item_id", pa.int32()),
+            ("timestamp", pa.int64()),
+            ("rating", pa.float32()),
+        ]
+    ),
     "user_map.parquet": pa.schema([("user_id", pa.int32()), ("raw_id", pa.string())]),
     "item_map.parquet": pa.schema([("item_id", pa.int32()), ("raw_id", pa.string())]),
 }
@@ -156,8 +160,11 @@ def prepare_dataset(source: Source, data_dir: str | Path) -> PreparedDataset:
         start = time.perf_counter()
         _write(tmp, processed)
         log.info(
-            "Wrote %s in %.1f s: %d users, %d items, %d interactions", directory,
-            time.perf_counter() - start, processed.stats["users"], processed.stats["items"],
+            "Wrote %s in %.1f s: %d users, %d items, %d interactions",
+            directory,
+            time.perf_counter() - start,
+            processed.stats["users"],
+            processed.stats["items"],
             processed.stats["interactions"],
         )
 

@@ -157,10 +157,14 @@ def preprocess(raw: pd.DataFrame, settings: PreprocessSettings) -> ProcessedData
     rows = {
         "user": user_codes,
         "item": item_codes,
-        "timestamp": (raw["timestamp"].to_numpy(np.int64) if timed
-                      else np.arange(len(raw), dtype=np.int64)),
-        "rating": (raw["rating"].to_numpy(np.float32) if "rating" in raw.columns
-                   else np.full(len(raw), np.nan, dtype=np.float32)),
+        "timestamp": (
+            raw["timestamp"].to_numpy(np.int64) if timed else np.arange(len(raw), dtype=np.int64)
+        ),
+        "rating": (
+            raw["rating"].to_numpy(np.float32)
+            if "rating" in raw.columns
+            else np.full(len(raw), np.nan, dtype=np.float32)
+        ),
     }
     # Without our reference, a frame passed as a temporary (as the pipeline does) is freed as
     # soon as the steps below replace its columns: tens of millions of rows need that headroom.
@@ -168,16 +172,22 @@ def preprocess(raw: pd.DataFrame, settings: PreprocessSettings) -> ProcessedData
 
     if settings.min_rating is not None:
         # Compare in float32 like the stored ratings: 4.1 must pass min_rating=4.1.
-        _keep(rows, rows["rating"] >= np.float32(settings.min_rating),
-              f"rating filter (min_rating={settings.min_rating})")
+        _keep(
+            rows,
+            rows["rating"] >= np.float32(settings.min_rating),
+            f"rating filter (min_rating={settings.min_rating})",
+        )
     steps["rating"] = len(rows["user"])
 
     if settings.dedup != "keep":
         # "first"/"last" are meant in time: order each user's rows chronologically first.
         _select(rows, _chronological_order(rows["user"], rows["timestamp"]))
         pairs = pd.Series(rows["user"] * np.int64(len(item_raw)) + rows["item"])
-        _keep(rows, ~pairs.duplicated(keep=settings.dedup).to_numpy(),
-              f"dedup (dedup={settings.dedup!r})")
+        _keep(
+            rows,
+            ~pairs.duplicated(keep=settings.dedup).to_numpy(),
+            f"dedup (dedup={settings.dedup!r})",
+        )
     steps["dedup"] = len(rows["user"])
 
     core, passes = _k_core(rows["user"], rows["item"], len(user_raw), len(item_raw), settings)
@@ -194,25 +204,34 @@ def preprocess(raw: pd.DataFrame, settings: PreprocessSettings) -> ProcessedData
     steps["max_seq_len"] = len(rows["user"])
     if settings.min_seq_len > 1:
         lengths = np.bincount(rows["user"], minlength=len(user_raw))
-        _keep(rows, lengths[rows["user"]] >= settings.min_seq_len,
-              f"sequence length filter (min_seq_len={settings.min_seq_len})")
+        _keep(
+            rows,
+            lengths[rows["user"]] >= settings.min_seq_len,
+            f"sequence length filter (min_seq_len={settings.min_seq_len})",
+        )
     steps["min_seq_len"] = len(rows["user"])
 
     # Users are ranked already, so their dense ids keep the rows' order.
     rows["user"], user_map = _dense_ids(rows["user"], user_raw, "user_id")
     rows["item"], item_map = _dense_ids(rows["item"], item_raw, "item_id")
     user_id = rows["user"]
-    interactions = pd.DataFrame({
-        "user_id": user_id,
-        "item_id": rows["item"],
-        "timestamp": rows["timestamp"],
-        "rating": rows["rating"],
-    }, copy=False)
+    interactions = pd.DataFrame(
+        {
+            "user_id": user_id,
+            "item_id": rows["item"],
+            "timestamp": rows["timestamp"],
+            "rating": rows["rating"],
+        },
+        copy=False,
+    )
     stats = _stats(user_id, len(user_map), len(item_map), steps, passes, settings)
     stats["timestamp"] = TIMESTAMP_SECONDS if timed else TIMESTAMP_ROW_POSITION
     log.info(
         "Preprocessed %d raw rows -> %d users, %d items, %d interactions in %.1f s",
-        steps["input"], stats["users"], stats["items"], stats["interactions"],
+        steps["input"],
+        stats["users"],
+        stats["items"],
+        stats["interactions"],
         time.perf_counter() - start,
     )
     return ProcessedData(interactions, user_map, item_map, stats)
@@ -250,8 +269,10 @@ def _codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
         # Streamed sources deliver text ids dictionary-encoded: reuse the codes instead of
         # hashing the values again.
         encoded = pa.array(column.array)
-        return (encoded.indices.to_numpy().astype(np.int32, copy=False),
-                pd.Index(encoded.dictionary.to_pandas()))
+        return (
+            encoded.indices.to_numpy().astype(np.int32, copy=False),
+            pd.Index(encoded.dictionary.to_pandas()),
+        )
     if isinstance(column.dtype, pd.CategoricalDtype):
         return column.cat.codes.to_numpy().astype(np.int32, copy=False), column.cat.categories
     if pd.api.types.is_object_dtype(column) and pd.api.types.infer_dtype(column) == "integer":
@@ -305,7 +326,10 @@ def _describe_core(settings: PreprocessSettings) -> str:
 
 
 def _k_core(
-    users: np.ndarray, items: np.ndarray, num_users: int, num_items: int,
+    users: np.ndarray,
+    items: np.ndarray,
+    num_users: int,
+    num_items: int,
     settings: PreprocessSettings,
 ) -> tuple[np.ndarray, int]:
     """Mask of the rows that survive the k-core filter, and the number of passes it took.
@@ -320,9 +344,14 @@ def _k_core(
     # Passes work on the surviving rows only: on sparse data the first pass removes most rows,
     # and the later ones then cost a fraction of it.
     alive = np.arange(len(users), dtype=np.int32 if len(users) < 2**31 else np.int64)
-    columns = [(ids, size, core) for ids, size, core in (
-        (users, num_users, settings.user_core), (items, num_items, settings.item_core),
-    ) if core > 1]
+    columns = [
+        (ids, size, core)
+        for ids, size, core in (
+            (users, num_users, settings.user_core),
+            (items, num_items, settings.item_core),
+        )
+        if core > 1
+    ]
     passes = 0
     while True:
         passes += 1
@@ -332,8 +361,10 @@ def _k_core(
             survives = np.bincount(ids, minlength=size)[ids] >= core
             if not survives.all():
                 alive = alive[survives]
-                columns = [(other[survives], other_size, other_core)
-                           for other, other_size, other_core in columns]
+                columns = [
+                    (other[survives], other_size, other_core)
+                    for other, other_size, other_core in columns
+                ]
         if not settings.iterative_core or len(alive) in (before, 0):
             keep[:] = False
             keep[alive] = True
@@ -361,15 +392,21 @@ def _dense_ids(
 ) -> tuple[np.ndarray, pd.DataFrame]:
     """Dense ids 1..K in ascending raw-id order for the codes that occur, and the id map."""
     ranks, ordered = _rank(codes, raw_ids)
-    mapping = pd.DataFrame({
-        id_column: np.arange(1, len(ordered) + 1, dtype=np.int32),
-        "raw_id": ordered.astype(str),
-    })
+    mapping = pd.DataFrame(
+        {
+            id_column: np.arange(1, len(ordered) + 1, dtype=np.int32),
+            "raw_id": ordered.astype(str),
+        }
+    )
     return ranks + np.int32(1), mapping
 
 
 def _stats(
-    user_id: np.ndarray, num_users: int, num_items: int, steps: dict[str, int], passes: int,
+    user_id: np.ndarray,
+    num_users: int,
+    num_items: int,
+    steps: dict[str, int],
+    passes: int,
     settings: PreprocessSettings,
 ) -> dict[str, Any]:
     """JSON-compatible statistics of the processed interactions."""

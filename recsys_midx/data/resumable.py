@@ -123,8 +123,10 @@ class ResumableLoader(DataLoader):
             ``{"epoch", "batches_yielded"}``: the sampler's epoch (``None`` for a sampler
             without ``set_epoch``) and the batches yielded in it so far.
         """
-        return {"epoch": getattr(self.sampler, "epoch", None),
-                "batches_yielded": self._batches_yielded}
+        return {
+            "epoch": getattr(self.sampler, "epoch", None),
+            "batches_yielded": self._batches_yielded,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Make the next iteration continue the epoch recorded by :meth:`state_dict`.

@@ -155,8 +155,11 @@ class LeaveOneOutSplit:
                 f"no user has the {MIN_SEQUENCE_LENGTH} interactions a leave-one-out split needs"
             )
         if not keep.all():
-            log.info("leave-one-out: dropped %d users with < %d interactions",
-                     int((~keep).sum()), MIN_SEQUENCE_LENGTH)
+            log.info(
+                "leave-one-out: dropped %d users with < %d interactions",
+                int((~keep).sum()),
+                MIN_SEQUENCE_LENGTH,
+            )
         kept_rows = np.repeat(keep, lengths)
         return cls(
             items=items[kept_rows],
@@ -197,5 +200,8 @@ class LeaveOneOutSplit:
         # Computed once: training batches look rows up in them on every step.
         starts, ends = self.offsets[:-1], self.offsets[1:]
         before_validation = Spans(starts, ends - 2)
-        return {"train": before_validation, "val": before_validation,
-                "test": Spans(starts, ends - 1)}
+        return {
+            "train": before_validation,
+            "val": before_validation,
+            "test": Spans(starts, ends - 1),
+        }

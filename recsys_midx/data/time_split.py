@@ -123,8 +123,12 @@ class GlobalTime:
                 )
         log.info(
             "Global time split: validation cut-off %d, test cut-off %d; %d users trained on, "
-            "%d validated, %d tested", val_cutoff, test_cutoff, len(split.spans("train")),
-            len(split.spans("val")), len(split.spans("test")),
+            "%d validated, %d tested",
+            val_cutoff,
+            test_cutoff,
+            len(split.spans("train")),
+            len(split.spans("val")),
+            len(split.spans("test")),
         )
         return split
 
@@ -291,7 +295,8 @@ class GlobalTimeSplit:
         """``int64 [N + 1]`` how often each item occurs in the training sequences."""
         # The training slices do not overlap: +1 at each start, -1 at each end marks them.
         total = len(self.items)
-        edges = (np.bincount(self.train.starts, minlength=total + 1)
-                 - np.bincount(self.train.ends, minlength=total + 1))
+        edges = np.bincount(self.train.starts, minlength=total + 1) - np.bincount(
+            self.train.ends, minlength=total + 1
+        )
         in_training = np.cumsum(edges)[:-1] > 0
         return np.bincount(self.items[in_training], minlength=self.num_items + 1)

@@ -97,7 +97,11 @@ class TrainSamples:
     """
 
     def __init__(
-        self, items: np.ndarray, spans: Spans, max_len: int, kind: str = "last_window",
+        self,
+        items: np.ndarray,
+        spans: Spans,
+        max_len: int,
+        kind: str = "last_window",
         stride: int | None = None,
     ) -> None:
         check_sample_kind(kind, stride, max_len)

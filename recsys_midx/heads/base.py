@@ -32,6 +32,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from torch import Tensor, nn
 
+
 class HeadOutput(NamedTuple):
     """What a head gives the objective for a batch of contexts.
 
@@ -96,7 +97,8 @@ class Head(nn.Module):
         """
         queries, log_prior = self.queries(query)
         return HeadOutput(
-            queries / self.temperature, log_prior,
+            queries / self.temperature,
+            log_prior,
             self.transform if self.transforms_logits else None,
         )
 

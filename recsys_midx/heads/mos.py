@@ -39,13 +39,19 @@ class MoSHead(Head):
     name = "mos"
 
     def __init__(
-        self, dim: int, num_components: int = 4, lr: float | None = None,
+        self,
+        dim: int,
+        num_components: int = 4,
+        lr: float | None = None,
         temperature: float = 1.0,
     ) -> None:
         super().__init__(lr=lr, temperature=temperature)
         self.dim = check_dim(dim)
-        if isinstance(num_components, bool) or not isinstance(num_components, int) \
-                or num_components < 1:
+        if (
+            isinstance(num_components, bool)
+            or not isinstance(num_components, int)
+            or num_components < 1
+        ):
             raise ValueError(f"num_components must be a positive int, got {num_components!r}")
         self.num_components = num_components
         self.projection = nn.Linear(dim, num_components * dim)

@@ -111,7 +111,10 @@ class PLIFHead(Head):
     transforms_logits = True
 
     def __init__(
-        self, num_knots: int = 10_000, bound: float = 20.0, lr: float | None = None,
+        self,
+        num_knots: int = 10_000,
+        bound: float = 20.0,
+        lr: float | None = None,
         temperature: float = 1.0,
     ) -> None:
         super().__init__(lr=lr, temperature=temperature)

@@ -256,7 +256,14 @@ class AdaptiveSoftmax:
             A :class:`TopKResult`.
         """
         return adaptive_softmax_topk(
-            self.A, x, k, self.eps, self.delta,
-            temperature=self.temperature, column_norms=self.column_norms,
-            init_pulls=self.init_pulls, variance_scale=self.variance_scale, generator=generator,
+            self.A,
+            x,
+            k,
+            self.eps,
+            self.delta,
+            temperature=self.temperature,
+            column_norms=self.column_norms,
+            init_pulls=self.init_pulls,
+            variance_scale=self.variance_scale,
+            generator=generator,
         )

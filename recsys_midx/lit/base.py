@@ -197,6 +197,8 @@ class CatalogModule(L.LightningModule, abc.ABC):
         return self.optimizer_factory(optimizer_param_groups(self))
 
     def _log_metrics(self, prefix: str, metrics: torchmetrics.Metric) -> None:
-        self.log_dict({f"{prefix}/{name}": value for name, value in metrics.compute().items()},
-                      prog_bar=prefix == "val")
+        self.log_dict(
+            {f"{prefix}/{name}": value for name, value in metrics.compute().items()},
+            prog_bar=prefix == "val",
+        )
         metrics.reset()

@@ -53,7 +53,11 @@ class EpochLog(Callback):
         self._loss_sum, self._loss_count = 0.0, 0
 
     def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
         batch_idx: int,
     ) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
@@ -69,8 +73,9 @@ class EpochLog(Callback):
         # Lightning runs checkpoint callbacks after the others, so the row is recorded before a
         # checkpoint of this epoch is saved and a run resumed from it keeps the row.
         if not trainer.sanity_checking and self._train_seconds is not None:
-            self._record(trainer, val_seconds=time.perf_counter() - self._epoch_start
-                         - self._train_seconds)
+            self._record(
+                trainer, val_seconds=time.perf_counter() - self._epoch_start - self._train_seconds
+            )
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._train_seconds is None:  # an epoch without validation
@@ -85,8 +90,11 @@ class EpochLog(Callback):
             "train/loss": self._loss_sum / max(self._loss_count, 1),
         }
         row.update(
-            {name: float(value) for name, value in trainer.callback_metrics.items()
-             if name.startswith("val/")}
+            {
+                name: float(value)
+                for name, value in trainer.callback_metrics.items()
+                if name.startswith("val/")
+            }
         )
         self.rows.append(row)
         if trainer.is_global_zero:
@@ -105,9 +113,13 @@ class EpochLog(Callback):
         # reports the whole epoch's mean loss and (about) its training time. Its training
         # seconds are set once its validation has started: a run resumed from the checkpoint
         # written after validation has recorded the epoch's row already.
-        return {"rows": self.rows, "loss_sum": self._loss_sum, "loss_count": self._loss_count,
-                "epoch_seconds": time.perf_counter() - self._epoch_start,
-                "train_seconds": self._train_seconds}
+        return {
+            "rows": self.rows,
+            "loss_sum": self._loss_sum,
+            "loss_count": self._loss_count,
+            "epoch_seconds": time.perf_counter() - self._epoch_start,
+            "train_seconds": self._train_seconds,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.rows = list(state_dict["rows"])
@@ -156,8 +168,11 @@ class SamplerRefresh(Callback):
     def __init__(
         self, every_n_epochs: int = 1, every_n_steps: int = 0, diagnostic_queries: int = 256
     ) -> None:
-        for name, value in (("every_n_epochs", every_n_epochs), ("every_n_steps", every_n_steps),
-                            ("diagnostic_queries", diagnostic_queries)):
+        for name, value in (
+            ("every_n_epochs", every_n_epochs),
+            ("every_n_steps", every_n_steps),
+            ("diagnostic_queries", diagnostic_queries),
+        ):
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
         self.every_n_epochs = int(every_n_epochs)

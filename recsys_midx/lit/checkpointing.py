@@ -120,7 +120,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise CheckpointError(path, _unpickling_reason(path)) from error
         except (RuntimeError, EOFError, OSError, ValueError) as error:
             raise CheckpointError(
-                path, f"the file is truncated or corrupt ({type(error).__name__}: "
+                path,
+                f"the file is truncated or corrupt ({type(error).__name__}: "
                 f"{str(error).splitlines()[0] if str(error) else 'no detail'})",
             ) from error
 
@@ -165,7 +166,11 @@ class StepCheckpoint(ModelCheckpoint):
 
     @override
     def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
         batch_idx: int,
     ) -> None:
         if not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
@@ -208,8 +213,9 @@ def resume_checkpoint(resume: str | None, trainer: L.Trainer) -> Path | None:
             raise FileNotFoundError(f"resume={resume}: no such checkpoint file")
         log.info("Resuming from %s", path)
         return path
-    callbacks = [cb for cb in trainer.checkpoint_callbacks
-                 if isinstance(cb, ModelCheckpoint) and cb.dirpath]
+    callbacks = [
+        cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath
+    ]
     candidates = [
         Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}" for cb in callbacks
     ]

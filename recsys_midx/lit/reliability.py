@@ -26,8 +26,13 @@ def capture_random_state() -> dict[str, Any]:
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
-        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(position), int(has_gauss),
-                  float(cached_gaussian)),
+        "numpy": (
+            name,
+            torch.from_numpy(keys.astype(np.int64)),
+            int(position),
+            int(has_gauss),
+            float(cached_gaussian),
+        ),
         "python": random.getstate(),
     }
 
@@ -45,8 +50,9 @@ def restore_random_state(state: dict[str, Any]) -> None:
     for device, cuda_state in enumerate(cuda_states):
         torch.cuda.set_rng_state(cuda_state, device)
     name, keys, position, has_gauss, cached_gaussian = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss,
-                         cached_gaussian))
+    np.random.set_state(
+        (name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian)
+    )
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
 
@@ -108,8 +114,11 @@ class NonFiniteLossError(FloatingPointError):
         self.epoch = epoch
         self.batch = batch
         self.checkpoint = checkpoint
-        kept = (f"the last good checkpoint is kept: {checkpoint}" if checkpoint is not None
-                else "no checkpoint had been saved yet")
+        kept = (
+            f"the last good checkpoint is kept: {checkpoint}"
+            if checkpoint is not None
+            else "no checkpoint had been saved yet"
+        )
         super().__init__(
             f"non-finite training loss ({value}) at global step {step} (epoch {epoch}, batch "
             f"{batch}); training stopped before this step's update, {kept}. Lower the learning "
@@ -140,8 +149,11 @@ class StopOnNonFiniteLoss(Callback):
         if math.isfinite(value):
             return
         raise NonFiniteLossError(
-            value, trainer.global_step, trainer.current_epoch,
-            trainer.fit_loop.epoch_loop.batch_idx, _last_checkpoint(trainer),
+            value,
+            trainer.global_step,
+            trainer.current_epoch,
+            trainer.fit_loop.epoch_loop.batch_idx,
+            _last_checkpoint(trainer),
         )
 
 
@@ -149,8 +161,10 @@ def _last_checkpoint(trainer: L.Trainer) -> Path | None:
     """The most recently written checkpoint of the trainer's checkpoint callbacks."""
     paths = {
         Path(path)
-        for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint)
-        for path in (cb.last_model_path, cb.best_model_path) if path
+        for cb in trainer.checkpoint_callbacks
+        if isinstance(cb, ModelCheckpoint)
+        for path in (cb.last_model_path, cb.best_model_path)
+        if path
     }
     existing = [path for path in paths if path.is_file()]
     return max(existing, key=lambda path: path.stat().st_mtime_ns) if existing else None

@@ -18,9 +18,9 @@ class SeqRecModule(CatalogModule):
     """Trains a sequence encoder with a (sampled) softmax over its own item table.
 
     Every non-padded position of a training sequence is a next-item query (the last one only
-    when a batch's ``targets`` has one column, as ``train_samples=prefixes`` makes). Validation and test
-    rank each user's held-out item against the whole catalog and report HR, NDCG and MRR at
-    ``ks``, logged as ``val/ndcg@10``, ``test/hr@20``, ...
+    when a batch's ``targets`` has one column, as ``train_samples=prefixes`` makes). Validation
+    and test rank each user's held-out item against the whole catalog and report HR, NDCG and
+    MRR at ``ks``, logged as ``val/ndcg@10``, ``test/hr@20``, ...
 
     Args:
         encoder: turns item sequences into query vectors and owns the item table.
@@ -67,8 +67,14 @@ class SeqRecModule(CatalogModule):
         # A position trains only when it has both a real input item and a real next item.
         is_query = (targets > 0) & (inputs > 0)
         loss = self.objective(queries[is_query], targets[is_query])
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True,
-                 batch_size=int(is_query.sum()))
+        self.log(
+            "train/loss",
+            loss,
+            prog_bar=True,
+            on_step=True,
+            on_epoch=True,
+            batch_size=int(is_query.sum()),
+        )
         return loss
 
     def encode(self, batch: dict[str, Tensor]) -> Tensor:
@@ -88,4 +94,3 @@ class SeqRecModule(CatalogModule):
             log_weights=log_weights,
         )
         metrics.update(ranks)
-

@@ -90,16 +90,24 @@ class XCModule(CatalogModule):
         if not isinstance(datamodule, XCDataModule):
             raise TypeError(f"XCModule needs an XCDataModule, got {type(datamodule).__name__}")
         weights = inverse_propensities(
-            datamodule.item_counts, datamodule.num_train_points,
-            datamodule.source.propensity_a, datamodule.source.propensity_b,
+            datamodule.item_counts,
+            datamodule.num_train_points,
+            datamodule.source.propensity_a,
+            datamodule.source.propensity_b,
         )
         self.inv_propensity = weights.to(self.inv_propensity)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         labels = batch["labels"]
         loss = self.objective(self.encode(batch), labels)
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True,
-                 batch_size=labels.shape[0])
+        self.log(
+            "train/loss",
+            loss,
+            prog_bar=True,
+            on_step=True,
+            on_epoch=True,
+            batch_size=labels.shape[0],
+        )
         return loss
 
     def encode(self, batch: dict[str, Any]) -> Tensor:

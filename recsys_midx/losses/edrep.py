@@ -102,8 +102,9 @@ def cluster_statistics(items: Tensor, assignments: Tensor, num_clusters: int) ->
             f"items must be [n, D] and assignments [n], got {tuple(items.shape)} and "
             f"{tuple(assignments.shape)}"
         )
-    if assignments.numel() and not (0 <= int(assignments.min()) and
-                                    int(assignments.max()) < num_clusters):
+    if assignments.numel() and not (
+        0 <= int(assignments.min()) and int(assignments.max()) < num_clusters
+    ):
         raise ValueError(f"assignments must lie in 0..{num_clusters - 1}")
     dim = items.shape[1]
     counts = torch.zeros(num_clusters, dtype=items.dtype, device=items.device)
@@ -367,13 +368,19 @@ class EDRepLoss(IndexModule):
             return (log_z[rows] - pos_scores).mean()
         # Constant statistics hold no item gradient: the positives leave them as constants too
         # (their current vectors stand for the ones the statistics were built from).
-        removed_scores = pos_scores if self.grad_through_stats else \
-            (z[rows] * pos_emb.detach()).sum(dim=1)
+        removed_scores = (
+            pos_scores if self.grad_through_stats else (z[rows] * pos_emb.detach()).sum(dim=1)
+        )
         log_rest = self._log_partition_without(counts, mean, variance, rows, ids, removed_scores)
         return F.softplus(log_rest[rows] - pos_scores).mean()
 
     def _log_partition_without(
-        self, counts: Tensor, mean: Tensor, variance: Tensor, rows: Tensor, ids: Tensor,
+        self,
+        counts: Tensor,
+        mean: Tensor,
+        variance: Tensor,
+        rows: Tensor,
+        ids: Tensor,
         removed_scores: Tensor,
     ) -> Tensor:
         """``[Q]`` estimated log-normaliser of each query over the items that are not its
@@ -387,8 +394,9 @@ class EDRepLoss(IndexModule):
         clusters = self.assignments[ids - 1]
         deviation = removed_scores - mean[rows, clusters]
         where = (rows, clusters)
-        removed = torch.zeros_like(mean).index_put(where, torch.ones_like(deviation),
-                                                   accumulate=True)
+        removed = torch.zeros_like(mean).index_put(
+            where, torch.ones_like(deviation), accumulate=True
+        )
         sum_d = torch.zeros_like(mean).index_put(where, deviation, accumulate=True)
         sum_d2 = torch.zeros_like(mean).index_put(where, deviation.square(), accumulate=True)
         rest = counts - removed

@@ -406,8 +406,14 @@ class CatalogSoftmax(torch.nn.Module):
         """Mean sampled cross-entropy of the head's model for scaled queries, drawn negatives
         and the head's score ``transform``."""
         return self.functions.head_sampled(
-            queries, log_prior, item_emb, targets, negatives.ids, negatives.log_q,
-            negatives.positive_log_q, transform,
+            queries,
+            log_prior,
+            item_emb,
+            targets,
+            negatives.ids,
+            negatives.log_q,
+            negatives.positive_log_q,
+            transform,
         ).mean()
 
     def extra_repr(self) -> str:

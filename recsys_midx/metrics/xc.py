@@ -284,8 +284,9 @@ class XCMetrics(torchmetrics.Metric):
         self.ks = _check_ks(ks)
         self.names = xc_metric_names(self.ks)
         # Rows: p, ndcg, psp gain, best psp gain; one column per cut-off.
-        self.add_state("sums", torch.zeros(4, len(self.ks), dtype=torch.float64),
-                       dist_reduce_fx="sum")
+        self.add_state(
+            "sums", torch.zeros(4, len(self.ks), dtype=torch.float64), dist_reduce_fx="sum"
+        )
         self.add_state("count", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
 
     @property

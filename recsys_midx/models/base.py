@@ -65,9 +65,7 @@ class SequenceEncoder(nn.Module, abc.ABC):
         if item_seq.dim() != 2:
             raise ValueError(f"item_seq must be [batch, length], got shape {tuple(item_seq.shape)}")
         if item_seq.shape[1] > self.max_len:
-            raise ValueError(
-                f"sequence length {item_seq.shape[1]} exceeds max_len={self.max_len}"
-            )
+            raise ValueError(f"sequence length {item_seq.shape[1]} exceeds max_len={self.max_len}")
 
     @torch.no_grad()
     def _init_normal(self, std: float) -> None:

@@ -23,8 +23,13 @@ class _CausalSelfAttentionBlock(nn.Module):
     """Transformer block: causal self-attention then a position-wise feed-forward network."""
 
     def __init__(
-        self, dim: int, num_heads: int, dropout: float, attention_dropout: float,
-        norm: NormPlacement, ffn_dropout: bool,
+        self,
+        dim: int,
+        num_heads: int,
+        dropout: float,
+        attention_dropout: float,
+        norm: NormPlacement,
+        ffn_dropout: bool,
     ) -> None:
         super().__init__()
         self.num_heads, self.pre_norm = num_heads, norm == "pre"
@@ -43,7 +48,10 @@ class _CausalSelfAttentionBlock(nn.Module):
         """Positions ``x`` ``[B, L, D]`` -> ``[B, L, D]``, or ``[B, 1, D]`` for the last
         position only (``last_only``: keys and values still come from every position)."""
         batch, length, dim = x.shape
-        heads = lambda t: t.view(batch, -1, self.num_heads, dim // self.num_heads).transpose(1, 2)
+
+        def heads(t: Tensor) -> Tensor:
+            return t.view(batch, -1, self.num_heads, dim // self.num_heads).transpose(1, 2)
+
         normed = self.attn_norm(x) if self.pre_norm else x
         if last_only:
             # Split the fused projection: only the last position needs a query.

@@ -49,8 +49,12 @@ class XCEncoder(nn.Module):
     ) -> None:
         super().__init__()
         widths = [hidden] if isinstance(hidden, int) else [int(width) for width in hidden]
-        for name, value in (("num_features", num_features), ("num_labels", num_labels),
-                            ("dim", dim), *(("hidden", width) for width in widths)):
+        for name, value in (
+            ("num_features", num_features),
+            ("num_labels", num_labels),
+            ("dim", dim),
+            *(("hidden", width) for width in widths),
+        ):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
         if not widths:

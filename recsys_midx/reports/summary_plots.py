@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+
 # Figures made without pyplot render to files only and leave the caller's backend alone.
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -60,12 +61,24 @@ def plot_all(runs: pd.DataFrame, epochs: pd.DataFrame, out_dir: Path) -> dict[st
     """
     metrics = _panel_metric(runs)
     plots: dict[str, tuple[Callable[[Axes, pd.DataFrame], None], pd.DataFrame, str, Size]] = {
-        "test_quality": (_test_bars, runs, f"Test {metrics} per sampler (mean ± std over seeds)",
-                         _bars_size),
-        "val_quality_vs_time": (_val_curves, epochs,
-                                f"Validation {metrics} against training time", _curves_size),
-        "epoch_time": (_epoch_bars, epochs, "Seconds per epoch (mean ± std over seeds)",
-                       _bars_size),
+        "test_quality": (
+            _test_bars,
+            runs,
+            f"Test {metrics} per sampler (mean ± std over seeds)",
+            _bars_size,
+        ),
+        "val_quality_vs_time": (
+            _val_curves,
+            epochs,
+            f"Validation {metrics} against training time",
+            _curves_size,
+        ),
+        "epoch_time": (
+            _epoch_bars,
+            epochs,
+            "Seconds per epoch (mean ± std over seeds)",
+            _bars_size,
+        ),
     }
     written = {}
     for name, (draw, frame, title, size) in plots.items():
@@ -94,8 +107,9 @@ def run_label(row: pd.Series) -> str:
     return f"{label}, {settings}" if settings else label
 
 
-def exact_best(panel: pd.DataFrame, metric: str = "quality",
-               reference_sampler: str = "full") -> float | None:
+def exact_best(
+    panel: pd.DataFrame, metric: str = "quality", reference_sampler: str = "full"
+) -> float | None:
     """The exact softmax's best validation metric in one panel's epoch rows.
 
     The highest, over the groups of runs (``label``) of ``reference_sampler``, of the mean over
@@ -142,8 +156,19 @@ def epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
         for key in [*PANEL, "sampler", "label", "seed", "path", "monitor"]:
             epochs[key] = run[key]
         frames.append(epochs)
-    columns = [*PANEL, "sampler", "label", "seed", "path", "monitor", "epoch", "elapsed",
-               "train_seconds", "val_seconds", "quality"]
+    columns = [
+        *PANEL,
+        "sampler",
+        "label",
+        "seed",
+        "path",
+        "monitor",
+        "epoch",
+        "elapsed",
+        "train_seconds",
+        "val_seconds",
+        "quality",
+    ]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
@@ -192,11 +217,22 @@ def _label_extent(frame: pd.DataFrame) -> tuple[int, int]:
 def _test_bars(ax: Axes, runs: pd.DataFrame) -> None:
     stats = runs.groupby("label")["test quality"].agg(["mean", "std"])
     stats["seeds"] = runs.groupby("label")["seed"].nunique()
-    ax.bar(stats.index, stats["mean"], yerr=stats["std"].fillna(0.0), capsize=4,
-           color=[_colour(label) for label in stats.index])
+    ax.bar(
+        stats.index,
+        stats["mean"],
+        yerr=stats["std"].fillna(0.0),
+        capsize=4,
+        color=[_colour(label) for label in stats.index],
+    )
     for x, (_, row) in enumerate(stats.iterrows()):
-        ax.annotate(f"{row['mean']:.4f}\n({int(row['seeds'])} seeds)", (x, row["mean"]),
-                    textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+        ax.annotate(
+            f"{row['mean']:.4f}\n({int(row['seeds'])} seeds)",
+            (x, row["mean"]),
+            textcoords="offset points",
+            xytext=(0, 8),
+            ha="center",
+            fontsize=8,
+        )
     # Headroom above the tallest error bar for the value labels.
     ax.set_ylim(0, float((stats["mean"] + stats["std"].fillna(0.0)).max()) * 1.25)
     ax.set_ylabel(f"test {_panel_metric(runs)} (best checkpoint)")
@@ -208,16 +244,30 @@ def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
     seen: set[str] = set()
     for (label, _), run in epochs.groupby(["label", "path"], sort=True):
         linestyle, marker = styles[label]
-        ax.plot(run["elapsed"], run["quality"], marker=marker, markersize=3,
-                linestyle=linestyle, color=_colour(label), label=None if label in seen else label)
+        ax.plot(
+            run["elapsed"],
+            run["quality"],
+            marker=marker,
+            markersize=3,
+            linestyle=linestyle,
+            color=_colour(label),
+            label=None if label in seen else label,
+        )
         seen.add(label)
     reference = exact_best(epochs)
     if reference is not None:
         for fraction in FRACTIONS:
             ax.axhline(fraction * reference, color="grey", linewidth=0.8, linestyle=":")
-            ax.annotate(f"{fraction:.0%} of exact", (1.0, fraction * reference),
-                        xycoords=("axes fraction", "data"), xytext=(-4, 2),
-                        textcoords="offset points", ha="right", fontsize=7, color="grey")
+            ax.annotate(
+                f"{fraction:.0%} of exact",
+                (1.0, fraction * reference),
+                xycoords=("axes fraction", "data"),
+                xytext=(-4, 2),
+                textcoords="offset points",
+                ha="right",
+                fontsize=7,
+                color="grey",
+            )
         # The race to the shares above is what the plot is for: the first epochs of every run,
         # and runs that never come near, would squeeze it into the top of the axes.
         ax.set_ylim(bottom=BELOW_EXACT * reference)
@@ -226,8 +276,12 @@ def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
     ax.set_xlabel("wall-clock seconds (training + validation, cumulative; log scale)")
     ax.set_ylabel(f"validation {_panel_metric(epochs)}")
     # Beside the axes: a legend of long labels inside them would hide the curves.
-    ax.legend(title="sampler (one line per seed)", fontsize=8, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0))
+    ax.legend(
+        title="sampler (one line per seed)",
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+    )
 
 
 def _epoch_bars(ax: Axes, epochs: pd.DataFrame) -> None:
@@ -236,10 +290,18 @@ def _epoch_bars(ax: Axes, epochs: pd.DataFrame) -> None:
     stats = per_run.groupby("label").agg(["mean", "std"])
     labels = list(stats.index)
     train, val = stats[("train_seconds", "mean")], stats[("val_seconds", "mean")]
-    ax.bar(labels, train, color=[_colour(label) for label in labels],
-           label="training (sampler colour)")
-    ax.bar(labels, val, bottom=train, color="lightgrey", label="validation",
-           yerr=stats[("total", "std")].fillna(0.0), capsize=4)
+    ax.bar(
+        labels, train, color=[_colour(label) for label in labels], label="training (sampler colour)"
+    )
+    ax.bar(
+        labels,
+        val,
+        bottom=train,
+        color="lightgrey",
+        label="validation",
+        yerr=stats[("total", "std")].fillna(0.0),
+        capsize=4,
+    )
     ax.set_ylabel("seconds per epoch")
     _slant_labels(ax)
     ax.legend(fontsize=8)
@@ -265,8 +327,17 @@ def _slant_labels(ax: Axes) -> None:
 def _colour(label: str) -> str:
     """A stable colour per sampler family, so the three plots agree (``midx[pq,uniform] (M=32),
     plif`` is a ``midx``)."""
-    palette = {"full": "C0", "uniform": "C1", "popularity": "C2", "midx": "C3", "inbatch": "C4",
-               "kernel": "C5", "sir": "C6", "dns": "C7", "lsh": "C8"}
+    palette = {
+        "full": "C0",
+        "uniform": "C1",
+        "popularity": "C2",
+        "midx": "C3",
+        "inbatch": "C4",
+        "kernel": "C5",
+        "sir": "C6",
+        "dns": "C7",
+        "lsh": "C8",
+    }
     return palette.get(_family(label), "C9")
 
 
@@ -278,8 +349,16 @@ def _variant_styles(labels: list[str]) -> dict[str, tuple[str, str]]:
     """Line style and marker per label: the variants of one family share its colour, so the
     curves tell them apart by style (first variant solid with dots, then dashed, dotted...; the
     ninth repeats the first)."""
-    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ("-", "v"), ("--", "P"),
-              (":", "x"), ("-.", "*")]
+    styles = [
+        ("-", "o"),
+        ("--", "s"),
+        (":", "^"),
+        ("-.", "D"),
+        ("-", "v"),
+        ("--", "P"),
+        (":", "x"),
+        ("-.", "*"),
+    ]
     seen_in_family: dict[str, int] = {}
     out = {}
     for label in labels:

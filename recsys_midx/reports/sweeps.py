@@ -37,10 +37,11 @@ def varying_settings(
 ) -> list[dict[str, Any]]:
     """For each run, the settings whose values are not the same in every run.
 
-    Left out: the seed, ``resume`` and ``preflight.memory``; any key whose value equals the run's seed in every run
-    that has it (``sampler.seed: ${seed}`` resolves to it; an exact softmax has no such key); any key whose value, in some run, is a string
-    inside that run's output folder (checkpoint and log folders). A key missing from some runs
-    (a sampler without codebooks) varies, and is left out of the dicts of the runs that lack it.
+    Left out: the seed, ``resume`` and ``preflight.memory``; any key whose value equals the run's
+    seed in every run that has it (``sampler.seed: ${seed}`` resolves to it; an exact softmax has
+    no such key); any key whose value, in some run, is a string inside that run's output folder
+    (checkpoint and log folders). A key missing from some runs (a sampler without codebooks)
+    varies, and is left out of the dicts of the runs that lack it.
 
     Args:
         configs: the resolved configs of the runs (``results.json``'s ``config``).
@@ -68,7 +69,8 @@ def varying_settings(
         )
 
     varying = [
-        key for key in keys
+        key
+        for key in keys
         if len({repr(run.get(key)) for run in flat}) > 1 and not follows_the_run(key)
     ]
     return [{key: run[key] for key in varying if key in run} for run in flat]

@@ -25,8 +25,10 @@ from recsys_midx.reports.summary_plots import FRACTIONS, PANEL, exact_best
 
 
 def time_to_quality(
-    epochs: pd.DataFrame, fractions: Sequence[float] = FRACTIONS,
-    metric: str = "quality", reference_sampler: str = "full",
+    epochs: pd.DataFrame,
+    fractions: Sequence[float] = FRACTIONS,
+    metric: str = "quality",
+    reference_sampler: str = "full",
 ) -> pd.DataFrame:
     """Best share of the reference and seconds to each share, per group of runs.
 
@@ -69,8 +71,9 @@ def time_to_quality(
             # ``elapsed`` is cumulative, so its last value over the epoch count is the mean epoch.
             row["s per epoch"] = sum(run["elapsed"].iloc[-1] for run in runs) / sum(map(len, runs))
             for fraction in fractions:
-                firsts = [run.loc[run[metric] >= fraction * reference, "elapsed"].min()
-                          for run in runs]
+                firsts = [
+                    run.loc[run[metric] >= fraction * reference, "elapsed"].min() for run in runs
+                ]
                 reached = [seconds for seconds in firsts if not pd.isna(seconds)]
                 row[f"s to {fraction:g}"] = sum(reached) / len(reached) if reached else float("nan")
                 row[f"reached {fraction:g}"] = len(reached)
@@ -85,8 +88,10 @@ def _frontier_first(table: pd.DataFrame, fractions: Sequence[float]) -> pd.DataF
         return table
     keys = [f"s to {fraction:g}" for fraction in sorted(fractions, reverse=True)]
     return table.sort_values(
-        [*PANEL, *keys, "best share"], ascending=[True] * (len(PANEL) + len(keys)) + [False],
-        na_position="last", kind="stable",
+        [*PANEL, *keys, "best share"],
+        ascending=[True] * (len(PANEL) + len(keys)) + [False],
+        na_position="last",
+        kind="stable",
     ).reset_index(drop=True)
 
 
@@ -99,12 +104,24 @@ def to_markdown(table: pd.DataFrame, fractions: Sequence[float] = FRACTIONS) -> 
         print(to_markdown(time_to_quality(epochs)))
         ```
     """
-    header = ["dataset", "model", "run group", "runs", "best (share of exact)",
-              *[f"seconds to {fraction:.0%}" for fraction in fractions], "seconds per epoch"]
+    header = [
+        "dataset",
+        "model",
+        "run group",
+        "runs",
+        "best (share of exact)",
+        *[f"seconds to {fraction:.0%}" for fraction in fractions],
+        "seconds per epoch",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, row in table.iterrows():
-        cells = [str(row["dataset"]), str(row["model"]), str(row["label"]), str(row["runs"]),
-                 f"{row['best share']:.1%}"]
+        cells = [
+            str(row["dataset"]),
+            str(row["model"]),
+            str(row["label"]),
+            str(row["runs"]),
+            f"{row['best share']:.1%}",
+        ]
         for fraction in fractions:
             seconds, reached = row[f"s to {fraction:g}"], row[f"reached {fraction:g}"]
             cell = "-" if pd.isna(seconds) else f"{seconds:.0f}"

@@ -137,8 +137,12 @@ class CandidatePoolSampler(Sampler, IndexModule):
             RuntimeError: before the first :meth:`update`.
             ValueError: if ``query`` is not ``[Q, D]`` floating point or not finite.
         """
-        return checked_index_query(query, self.items.shape[1], self.items.numel() > 0,
-                                   f"{type(self).__name__} has no item table yet")
+        return checked_index_query(
+            query,
+            self.items.shape[1],
+            self.items.numel() > 0,
+            f"{type(self).__name__} has no item table yet",
+        )
 
     def scores(self, query: Tensor, ids: Tensor) -> Tensor:
         """``[Qc, L]`` scores ``z.v_i`` of ``ids`` ``[Qc, L]`` in ``1..N`` (call within

@@ -119,9 +119,7 @@ def code_pair_grid(
     return CodePairGrid(grid.view(k, k), cells)
 
 
-def factorised_masses(
-    scores: Tensor, grid: CodePairGrid
-) -> tuple[Tensor, Tensor, Tensor] | None:
+def factorised_masses(scores: Tensor, grid: CodePairGrid) -> tuple[Tensor, Tensor, Tensor] | None:
     """``k_1`` masses ``[Qc, K]``, ``e_2`` ``[Qc, K]`` and the log shift ``[Qc, 1]`` of the
     masses, for codeword scores ``[Qc, 2K]``; ``None`` if a query's masses lose precision.
 
@@ -173,9 +171,7 @@ def draw_cells_from_table(
     return peak + total.log(), cells
 
 
-def cell_score_table(
-    scores: Tensor, cell_codes: Tensor, num_codewords: int, dense: bool
-) -> Tensor:
+def cell_score_table(scores: Tensor, cell_codes: Tensor, num_codewords: int, dense: bool) -> Tensor:
     """``sum_b s_b(k_b)`` of every cell of the table, ``[Qc, C]``, a fresh tensor.
 
     The dense grid is an outer sum of the per-codebook scores; a sparse table gathers the scores

@@ -39,6 +39,7 @@ from torch import Tensor
 from recsys_midx.index import IndexModule
 from recsys_midx.samplers.draws import draw_weighted, position_of_ids, prefix_sum
 
+
 def top_codewords_for_budget(
     item_budget: int, num_items: int, num_codewords: int, num_codebooks: int
 ) -> int:
@@ -183,9 +184,13 @@ class ExactTopCells(IndexModule):
         # as the sparse layout that scores them asks.
         by_start = starts.argsort(1)
         sorted_counts = counts.gather(1, by_start)
-        positions = _segment_positions(starts.gather(1, by_start).flatten(), sorted_counts.flatten())
+        positions = _segment_positions(
+            starts.gather(1, by_start).flatten(), sorted_counts.flatten()
+        )
         sorted_offsets = sorted_counts.flatten().cumsum(0).sub_(sorted_counts.flatten())
-        cell_offsets = torch.empty_like(counts).scatter_(1, by_start, sorted_offsets.view_as(counts))
+        cell_offsets = torch.empty_like(counts).scatter_(
+            1, by_start, sorted_offsets.view_as(counts)
+        )
         query_offsets = torch.cat([per_query.new_zeros(1), per_query.cumsum(0)])
         exact = _scores_at(z, self.items_in_cell_order, query_offsets, positions)
         ids = order[positions]
@@ -220,9 +225,7 @@ class ExactTopCells(IndexModule):
         u = torch.rand(ids.shape, device=ids.device, generator=generator)
         from_head = u < state.log_weight.exp()
         query = torch.arange(ids.shape[0], device=ids.device).unsqueeze(1).expand_as(ids)
-        positions = draw_weighted(
-            state.cum, state.query_cum, query, state.query_offsets, generator
-        )
+        positions = draw_weighted(state.cum, state.query_cum, query, state.query_offsets, generator)
         # Empty-head queries never take a head draw; the clamp keeps their unused index valid.
         head_ids = state.ids[positions.clamp_(0, state.ids.numel() - 1)]
         return torch.where(from_head, head_ids, ids)

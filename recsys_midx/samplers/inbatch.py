@@ -51,7 +51,8 @@ class InBatchSampler(Sampler):
             item_counts = torch.ones(self.num_items + 1, device=item_emb.device)
         if item_counts.shape != (self.num_items + 1,):
             raise ValueError(
-                f"item_counts must have shape [{self.num_items + 1}], got {tuple(item_counts.shape)}"
+                f"item_counts must have shape [{self.num_items + 1}], "
+                f"got {tuple(item_counts.shape)}"
             )
         counts = item_counts.detach().float().clone()
         counts[0] = 0
@@ -75,9 +76,12 @@ class InBatchSampler(Sampler):
         """Draws pick ``ids[j]`` with probability ``weights[j] / weights.sum()``."""
         self._ids = ids
         self._cdf = weights.double().cumsum(0)
-        self._log_q = torch.zeros(self.num_items + 1, device=ids.device).index_add_(
-            0, ids, weights.float()
-        ).div_(weights.sum()).log_()
+        self._log_q = (
+            torch.zeros(self.num_items + 1, device=ids.device)
+            .index_add_(0, ids, weights.float())
+            .div_(weights.sum())
+            .log_()
+        )
 
     @torch.no_grad()
     def sample(
@@ -94,7 +98,9 @@ class InBatchSampler(Sampler):
         self._require_support()
         total = self._cdf[-1]
         uniform = torch.rand(
-            (query.shape[0], num_samples), dtype=torch.float64, device=self._cdf.device,
+            (query.shape[0], num_samples),
+            dtype=torch.float64,
+            device=self._cdf.device,
             generator=generator,
         )
         # (1 - u) * total lies in (0, total]: the search never lands on a zero-weight entry.

@@ -282,8 +282,12 @@ class KernelSampler(Sampler, IndexModule):
 
     def _checked_query(self, query: Tensor) -> Tensor:
         """``query`` as float32 ``[Q, D]`` (see :func:`checked_index_query`)."""
-        return checked_index_query(query, self.blocked_items.shape[2], self.num_blocks > 0,
-                                   "KernelSampler has no index yet")
+        return checked_index_query(
+            query,
+            self.blocked_items.shape[2],
+            self.num_blocks > 0,
+            "KernelSampler has no index yet",
+        )
 
     def _chunks(self, query: Tensor, draws: int) -> Iterator[tuple[slice, Tensor]]:
         """Row blocks of the queries, sized so that the block projections (``C * D`` per query)

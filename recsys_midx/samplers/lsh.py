@@ -226,5 +226,6 @@ class LSHSampler(Sampler, IndexModule):
 
     def _checked_query(self, query: Tensor) -> Tensor:
         """``query`` as float32 ``[Q, D]`` (see :func:`checked_index_query`)."""
-        return checked_index_query(query, self.projections.shape[2], self.order.numel() > 0,
-                                   "LSHSampler has no tables yet")
+        return checked_index_query(
+            query, self.projections.shape[2], self.order.numel() > 0, "LSHSampler has no tables yet"
+        )

@@ -68,8 +68,8 @@ from recsys_midx.samplers.exact_top import (
 )
 from recsys_midx.samplers.last_stage import ExactStage, LastStage, PopularityStage, UniformStage
 
-
 log = logging.getLogger(__name__)
+
 
 class MIDXSampler(Sampler, IndexModule):
     """Inverted multi-index sampler: ``q(i|z) ∝ exp(z.c_i) * w_i(z)`` over codebook cells.
@@ -167,9 +167,7 @@ class MIDXSampler(Sampler, IndexModule):
             "exact": ExactStage,
         }
         if cell_draw not in ("auto", "table", "two_stage"):
-            raise ValueError(
-                f"cell_draw must be 'auto', 'table' or 'two_stage', got {cell_draw!r}"
-            )
+            raise ValueError(f"cell_draw must be 'auto', 'table' or 'two_stage', got {cell_draw!r}")
         self.cell_draw = cell_draw
         if last_stage not in stages:
             raise ValueError(f"last_stage must be one of {sorted(stages)}, got {last_stage!r}")
@@ -192,8 +190,14 @@ class MIDXSampler(Sampler, IndexModule):
             )
             log.info(
                 "MIDX exact top cells sized from %d items per query: exact_top_codewords=%d "
-                "(%d**%d of %d**%d cells, %d items)", exact_top_items, exact_top_codewords,
-                exact_top_codewords, num_codebooks, num_codewords, num_codebooks, num_items,
+                "(%d**%d of %d**%d cells, %d items)",
+                exact_top_items,
+                exact_top_codewords,
+                exact_top_codewords,
+                num_codebooks,
+                num_codewords,
+                num_codebooks,
+                num_items,
             )
         if exact_top_codewords < 0:
             raise ValueError(f"exact_top_codewords must be >= 0, got {exact_top_codewords}")
@@ -387,8 +391,9 @@ class MIDXSampler(Sampler, IndexModule):
 
     def _checked_query(self, query: Tensor) -> Tensor:
         """``query`` as float32 ``[Q, D]`` (see :func:`checked_index_query`)."""
-        return checked_index_query(query, self.codebooks.dim, self.cell_offsets.numel() > 0,
-                                   "MIDXSampler has no index yet")
+        return checked_index_query(
+            query, self.codebooks.dim, self.cell_offsets.numel() > 0, "MIDXSampler has no index yet"
+        )
 
     def _chunks(self, query: Tensor) -> Iterator[tuple[slice, Tensor]]:
         """Row blocks of the queries, sized to bound the per-chunk tables."""
@@ -434,9 +439,7 @@ class MIDXSampler(Sampler, IndexModule):
         state, table = self._cell_table(z, scores)
         return state, *draw_cells_from_table(table, num_samples, generator)
 
-    def _log_normaliser(
-        self, z: Tensor, grid: CodePairGrid | None
-    ) -> tuple[Tensor, Any, Tensor]:
+    def _log_normaliser(self, z: Tensor, grid: CodePairGrid | None) -> tuple[Tensor, Any, Tensor]:
         """Scores, stage state and ``log Z`` ``[Qc, 1]``, from the factorised masses when the
         code-pair grid is given (and the masses do not underflow), else from the cell table."""
         scores = self.codebooks.scores(z)

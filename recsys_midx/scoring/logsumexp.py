@@ -201,8 +201,16 @@ def head_logsumexp(
     for start in _item_chunks(item_emb.shape[0] - 1, step):
         items = item_emb[start : start + step].to(device=queries.device, dtype=dtype)
         if torch.is_grad_enabled():
-            parts.append(checkpoint(_chunk_logsumexp, queries, items, transform,
-                                    use_reentrant=False, preserve_rng_state=False))
+            parts.append(
+                checkpoint(
+                    _chunk_logsumexp,
+                    queries,
+                    items,
+                    transform,
+                    use_reentrant=False,
+                    preserve_rng_state=False,
+                )
+            )
         else:
             parts.append(_chunk_logsumexp(queries, items, transform))
     return torch.logsumexp(torch.stack(parts, dim=-1), dim=-1)

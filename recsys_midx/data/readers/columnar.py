@@ -55,7 +55,7 @@ class ColumnBuffer:
             segment = self._segments[-1]
             start = len(segment) - self._free
             count = min(self._free, len(values) - done)
-            segment[start:start + count] = values[done:done + count]
+            segment[start : start + count] = values[done : done + count]
             self._free -= count
             done += count
         self.size += len(values)
@@ -64,7 +64,7 @@ class ColumnBuffer:
         """The whole column (the segments are released)."""
         segments, self._segments = self._segments, []
         if segments:
-            segments[-1] = segments[-1][:len(segments[-1]) - self._free]
+            segments[-1] = segments[-1][: len(segments[-1]) - self._free]
         self._free = 0
         return np.concatenate(segments) if segments else np.empty(0, dtype=self._dtype)
 

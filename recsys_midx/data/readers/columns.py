@@ -62,10 +62,12 @@ class ColumnMap:
                 f"columns must map user, item, time (null when there is none) and optionally "
                 f"rating; unknown: {unknown}, missing: {missing}"
             )
-        return cls(**{
-            name: value if isinstance(value, str) or value is None else tuple(value)
-            for name, value in fields.items()
-        })
+        return cls(
+            **{
+                name: value if isinstance(value, str) or value is None else tuple(value)
+                for name, value in fields.items()
+            }
+        )
 
     def sources(self) -> dict[str, tuple[str, ...]]:
         """The raw columns of each mapped field, in order of preference."""

@@ -93,12 +93,16 @@ class Delimited:
         types = {name: pa.int64() if name in self.int_columns else pa.string() for name in wanted}
         read_options = pacsv.ReadOptions(block_size=BLOCK_SIZE, column_names=self._column_names())
         parse_options = pacsv.ParseOptions(
-            delimiter=self.delimiter, quote_char='"' if self.quoted else False,
+            delimiter=self.delimiter,
+            quote_char='"' if self.quoted else False,
         )
         # Only empty fields are missing: an id such as "NA" or "null" is a real id.
         convert_options = pacsv.ConvertOptions(
-            include_columns=list(wanted), column_types=types, null_values=[""],
-            strings_can_be_null=True, quoted_strings_can_be_null=False,
+            include_columns=list(wanted),
+            column_types=types,
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
         )
         with tracked_stream(path, advance) as stream:
             yield from pacsv.open_csv(stream, read_options, parse_options, convert_options)
@@ -137,7 +141,8 @@ class JsonLines:
         options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
         with tracked_stream(path, advance) as stream:
             yield from pajson.open_json(
-                stream, read_options=pajson.ReadOptions(block_size=BLOCK_SIZE),
+                stream,
+                read_options=pajson.ReadOptions(block_size=BLOCK_SIZE),
                 parse_options=options,
             )
 

@@ -113,8 +113,12 @@ def read_interactions(
         data["timestamp"] = times.finish()
     if "rating" in sources:
         data["rating"] = ratings.finish()
-    log.info("Read %d interactions from %d file(s) in %.1f s", rows, len(paths),
-             time.perf_counter() - start)
+    log.info(
+        "Read %d interactions from %d file(s) in %.1f s",
+        rows,
+        len(paths),
+        time.perf_counter() - start,
+    )
     # The frame takes the arrays as they are, without consolidating them into a copy.
     return pd.DataFrame(data, copy=False)
 
@@ -125,8 +129,11 @@ class _Progress:
     def __init__(self, paths: Sequence[Path], enabled: bool | None) -> None:
         label = paths[0].name if len(paths) == 1 else f"{len(paths)} files"
         self._bar = tqdm(
-            total=sum(path.stat().st_size for path in paths if path.is_file()), unit="B",
-            unit_scale=True, desc=f"reading {label}", leave=False,
+            total=sum(path.stat().st_size for path in paths if path.is_file()),
+            unit="B",
+            unit_scale=True,
+            desc=f"reading {label}",
+            leave=False,
             disable=None if enabled is None else not enabled,
         )
 

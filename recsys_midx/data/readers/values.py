@@ -92,8 +92,7 @@ def _floor_seconds(values: pa.Array, path: Path, column: str, rows_before: int) 
     finite = np.isfinite(numbers)
     if not finite.all():
         bad = int(np.argmin(finite))
-        raise BadValueError(path, column, rows_before + bad + 1, str(numbers[bad]),
-                            _TIME_EXPECTED)
+        raise BadValueError(path, column, rows_before + bad + 1, str(numbers[bad]), _TIME_EXPECTED)
     return np.floor(numbers).astype(np.int64)
 
 

@@ -59,8 +59,7 @@ class Source(abc.ABC):
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise ValueError(
-                f"unknown preprocess setting(s) {unknown} for {self.name!r}; "
-                f"known: {sorted(known)}"
+                f"unknown preprocess setting(s) {unknown} for {self.name!r}; known: {sorted(known)}"
             )
         return dataclasses.replace(self.default_preprocess, **overrides)
 

@@ -99,7 +99,8 @@ class Custom(Source):
         if not root.is_dir():
             return [root] if root.exists() else []
         return sorted(
-            p for p in root.rglob("*")
+            p
+            for p in root.rglob("*")
             if p.is_file() and not any(part[0] in "._" for part in p.relative_to(root).parts)
         )
 
@@ -137,13 +138,17 @@ class Custom(Source):
         if not files:
             folder = self.path if self.path.is_dir() else self.path.parent
             what = "data files" if self.path.is_dir() else self.path.name
-            hint = ("dataset.path names a folder without data files" if self.path.is_dir()
-                    else f"dataset.path={self.path} names no existing file or folder")
+            hint = (
+                "dataset.path names a folder without data files"
+                if self.path.is_dir()
+                else f"dataset.path={self.path} names no existing file or folder"
+            )
             raise MissingFilesError(folder, [what], hint)
         if self.columns.time is None:
             log.warning(
                 "dataset.columns.time is null: each user's interactions are ordered as they appear "
-                "in %s, and their timestamps are the rows' positions there", self.path,
+                "in %s, and their timestamps are the rows' positions there",
+                self.path,
             )
         try:
             return read_interactions(files, self._format(files), self.columns)
@@ -154,8 +159,11 @@ class Custom(Source):
 
     def _column_settings(self, names: Sequence[str]) -> list[str]:
         """The ``dataset.columns.*`` settings that map the raw column ``names``."""
-        setting = {raw: f"dataset.columns.{field}"
-                   for field, raws in self.columns.sources().items() for raw in raws}
+        setting = {
+            raw: f"dataset.columns.{field}"
+            for field, raws in self.columns.sources().items()
+            for raw in raws
+        }
         return list(dict.fromkeys(setting[name] for name in names if name in setting))
 
     def _format(self, files: list[Path]) -> Format:
@@ -163,17 +171,19 @@ class Custom(Source):
         if self.format is None:
             formats = {format_for(p) for p in files}
             if len(formats) > 1:
-                raise DataError(
-                    f"{self.path} holds files of different formats; set dataset.format"
-                )
+                raise DataError(f"{self.path} holds files of different formats; set dataset.format")
             fmt = formats.pop()
         else:
             fmt = {
-                "csv": Delimited(","), "tsv": Delimited("\t"), "parquet": Parquet(),
+                "csv": Delimited(","),
+                "tsv": Delimited("\t"),
+                "parquet": Parquet(),
                 "jsonl": JsonLines(),
             }[self.format]
         if isinstance(fmt, Delimited):
             fmt = Delimited(
-                self.delimiter or fmt.delimiter, header=self.header, names=self.names,
+                self.delimiter or fmt.delimiter,
+                header=self.header,
+                names=self.names,
             )
         return fmt

@@ -11,7 +11,9 @@ from recsys_midx.data.sources.remote import RemoteSource
 
 _FILE = "loc-gowalla_totalCheckins.txt.gz"
 _FORMAT = Delimited(
-    "\t", header=False, quoted=False,
+    "\t",
+    header=False,
+    quoted=False,
     names=("user", "check_in_time", "latitude", "longitude", "location_id"),
     int_columns=frozenset({"user", "location_id"}),
 )

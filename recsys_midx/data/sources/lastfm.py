@@ -16,7 +16,9 @@ _FOLDER = "lastfm-dataset-1K"
 _FILE = "userid-timestamp-artid-artname-traid-traname.tsv"
 # Artist and track names hold quotes that do not quote anything: read the fields verbatim.
 _FORMAT = Delimited(
-    "\t", header=False, quoted=False,
+    "\t",
+    header=False,
+    quoted=False,
     names=("userid", "timestamp", "artid", "artname", "traid", "traname"),
 )
 # The first non-empty column of each row is the item.

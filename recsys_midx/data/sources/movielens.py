@@ -18,7 +18,9 @@ _CSV_COLUMNS = ColumnMap(user="userId", item="movieId", time="timestamp", rating
 # "::" separated files are read as ":" separated ones whose every other field is empty (and
 # never read): pyarrow's fast reader only takes one-character delimiters.
 _DOUBLE_COLON = Delimited(
-    ":", header=False, names=("user", None, "item", None, "rating", None, "timestamp"),
+    ":",
+    header=False,
+    names=("user", None, "item", None, "rating", None, "timestamp"),
     int_columns=frozenset({"user", "item", "timestamp"}),
 )
 
@@ -35,16 +37,22 @@ class _Layout:
 
 _LAYOUTS = {
     "ml-100k": _Layout(
-        "ml-100k", "u.data",
-        Delimited("\t", header=False, names=("user", "item", "rating", "timestamp"),
-                  int_columns=frozenset({"user", "item", "timestamp"})),
+        "ml-100k",
+        "u.data",
+        Delimited(
+            "\t",
+            header=False,
+            names=("user", "item", "rating", "timestamp"),
+            int_columns=frozenset({"user", "item", "timestamp"}),
+        ),
         _DAT_COLUMNS,
     ),
     "ml-1m": _Layout("ml-1m", "ratings.dat", _DOUBLE_COLON, _DAT_COLUMNS),
     "ml-10m": _Layout("ml-10M100K", "ratings.dat", _DOUBLE_COLON, _DAT_COLUMNS),
     **{
         variant: _Layout(
-            variant, "ratings.csv",
+            variant,
+            "ratings.csv",
             Delimited(",", int_columns=frozenset({"userId", "movieId", "timestamp"})),
             _CSV_COLUMNS,
         )
@@ -111,8 +119,10 @@ class MovieLens(RemoteSource):
         return (self._layout.ratings,)
 
     def _raw_dir_hint(self) -> str:
-        return (f"{super()._raw_dir_hint()} (the '{self._layout.folder}/' folder of the official "
-                "archive)")
+        return (
+            f"{super()._raw_dir_hint()} (the '{self._layout.folder}/' folder of the official "
+            "archive)"
+        )
 
     def _read(self, folder: Path) -> pd.DataFrame:
         layout = self._layout

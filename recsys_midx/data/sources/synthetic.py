@@ -154,18 +154,18 @@ class Synthetic(Source):
         """
         p = self.params
         rng = np.random.default_rng(p["seed"])
-        catalogue = _build_catalogue(
-            rng, p["num_items"], p["num_topics"], p["popularity_exponent"]
-        )
+        catalogue = _build_catalogue(rng, p["num_items"], p["num_topics"], p["popularity_exponent"])
         lengths = _sequence_lengths(
             rng, p["num_users"], p["min_length"], p["mean_length"], p["max_length"]
         )
         items = _walk(rng, catalogue, lengths, p["chain_prob"], p["topic_switch_prob"])
-        return pd.DataFrame({
-            "user": np.repeat(np.arange(1, p["num_users"] + 1, dtype=np.int64), lengths),
-            "item": items + 1,
-            "timestamp": _timestamps(rng, lengths),
-        })
+        return pd.DataFrame(
+            {
+                "user": np.repeat(np.arange(1, p["num_users"] + 1, dtype=np.int64), lengths),
+                "item": items + 1,
+                "timestamp": _timestamps(rng, lengths),
+            }
+        )
 
 
 def _build_catalogue(
@@ -203,7 +203,10 @@ def _build_catalogue(
 
 
 def _sequence_lengths(
-    rng: np.random.Generator, num_users: int, min_length: int, mean_length: float,
+    rng: np.random.Generator,
+    num_users: int,
+    min_length: int,
+    mean_length: float,
     max_length: int,
 ) -> np.ndarray:
     """``min_length`` plus a geometric excess with mean ``mean_length - min_length``, capped."""
@@ -212,7 +215,10 @@ def _sequence_lengths(
 
 
 def _walk(
-    rng: np.random.Generator, catalogue: _Catalogue, lengths: np.ndarray, chain_prob: float,
+    rng: np.random.Generator,
+    catalogue: _Catalogue,
+    lengths: np.ndarray,
+    chain_prob: float,
     switch_prob: float,
 ) -> np.ndarray:
     """Simulate every user's item sequence; returns 0-based items, user after user."""

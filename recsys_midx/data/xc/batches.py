@@ -49,15 +49,18 @@ class SparseFeatures:
         stop = max(start, stop)
         first, last = int(self.offsets[start]), int(self.offsets[stop])
         return SparseFeatures(
-            self.indices[first:last], self.offsets[start : stop + 1] - first,
+            self.indices[first:last],
+            self.offsets[start : stop + 1] - first,
             self.weights[first:last],
         )
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> SparseFeatures:
         """The same bags on ``device``."""
         return SparseFeatures(
-            *(t.to(device, non_blocking=non_blocking)
-              for t in (self.indices, self.offsets, self.weights))
+            *(
+                t.to(device, non_blocking=non_blocking)
+                for t in (self.indices, self.offsets, self.weights)
+            )
         )
 
 

@@ -126,4 +126,3 @@ def csr_from_pairs(
     np.cumsum(np.bincount(rows, minlength=num_rows), out=indptr[1:])
     merged = None if values is None else values.astype(np.float32, copy=False)
     return CSR(indptr, columns.astype(np.int32, copy=False), merged)
-

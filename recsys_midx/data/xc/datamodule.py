@@ -127,8 +127,11 @@ class XCDataModule(L.LightningDataModule):
     def stats(self) -> dict[str, Any]:
         """The processed dataset's statistics plus the sizes of the three splits."""
         assert self.dataset is not None, "call setup() first"
-        return {**self.dataset.stats, "name": self.dataset.name,
-                "splits": {name: data.num_points for name, data in self.splits.items()}}
+        return {
+            **self.dataset.stats,
+            "name": self.dataset.name,
+            "splits": {name: data.num_points for name, data in self.splits.items()},
+        }
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", self.batch_size, shuffle=True)

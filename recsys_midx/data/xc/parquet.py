@@ -18,11 +18,13 @@ import pyarrow.parquet as pq
 
 from recsys_midx.data.xc.containers import CSR, XCData
 
-SCHEMA = pa.schema([
-    ("labels", pa.large_list(pa.int32())),
-    ("feature_ids", pa.large_list(pa.int32())),
-    ("feature_values", pa.large_list(pa.float32())),
-])
+SCHEMA = pa.schema(
+    [
+        ("labels", pa.large_list(pa.int32())),
+        ("feature_ids", pa.large_list(pa.int32())),
+        ("feature_values", pa.large_list(pa.float32())),
+    ]
+)
 
 
 def _list_array(csr_offsets: np.ndarray, values: np.ndarray) -> pa.LargeListArray:
@@ -72,6 +74,8 @@ def read_parquet(path: Path, num_features: int, num_labels: int) -> XCData:
     feature_ptr, feature_ids = _column_csr(table, "feature_ids")
     _, feature_values = _column_csr(table, "feature_values")
     return XCData(
-        CSR(feature_ptr, feature_ids, feature_values), CSR(label_ptr, label_ids),
-        num_features, num_labels,
+        CSR(feature_ptr, feature_ids, feature_values),
+        CSR(label_ptr, label_ids),
+        num_features,
+        num_labels,
     )

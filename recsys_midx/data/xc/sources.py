@@ -85,8 +85,11 @@ def _summary(values: np.ndarray) -> dict[str, float]:
         return {}
     quantiles = np.percentile(values, [50, 90])
     return {
-        "min": float(values.min()), "p50": float(quantiles[0]), "p90": float(quantiles[1]),
-        "max": float(values.max()), "mean": float(values.mean()),
+        "min": float(values.min()),
+        "p50": float(quantiles[0]),
+        "p90": float(quantiles[1]),
+        "max": float(values.max()),
+        "mean": float(values.mean()),
     }
 
 
@@ -200,8 +203,11 @@ class XCSource(abc.ABC):
             write_json(directory / STATS_FILE, dataset_stats(*points), sort_keys=True)
 
         return cached(
-            processed_directory(data_dir, settings), settings, lambda: self.build(data_dir),
-            write_files, load_xc_dataset,
+            processed_directory(data_dir, settings),
+            settings,
+            lambda: self.build(data_dir),
+            write_files,
+            load_xc_dataset,
         )
 
     def __repr__(self) -> str:
@@ -282,7 +288,8 @@ class XCRepository(XCSource):
         missing = [self.files[split] for split in _SPLITS if not paths[split].is_file()]
         if missing:
             raise MissingFilesError(
-                folder, missing,
+                folder,
+                missing,
                 f"The Extreme Classification Repository's files are distributed by hand: "
                 f"download {self.name}'s bag-of-words files from {REPOSITORY_URL} and put "
                 f"{' and '.join(repr(self.files[s]) for s in _SPLITS)} in {folder}, or set "
@@ -292,15 +299,18 @@ class XCRepository(XCSource):
 
     def fingerprint(self, data_dir: Path) -> dict[str, Any]:
         paths = self._paths(data_dir)
-        return {split: {"file": self.files[split], "bytes": paths[split].stat().st_size}
-                for split in _SPLITS}
+        return {
+            split: {"file": self.files[split], "bytes": paths[split].stat().st_size}
+            for split in _SPLITS
+        }
 
     def build(self, data_dir: Path) -> tuple[XCData, XCData]:
         paths = self._paths(data_dir)
         train, test = (read_xc_file(paths[split]) for split in _SPLITS)
         if (train.num_features, train.num_labels) != (test.num_features, test.num_labels):
             raise XCFormatError(
-                paths["test"], 1,
+                paths["test"],
+                1,
                 f"declares {test.num_features} features and {test.num_labels} labels, the "
                 f"training file {train.num_features} and {train.num_labels}",
             )

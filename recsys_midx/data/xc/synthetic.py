@@ -77,34 +77,43 @@ class XCSynthetic(XCSource):
     ) -> None:
         super().__init__(name, propensity_a, propensity_b)
         for field, value, low in (
-            ("num_labels", num_labels, 2), ("num_train", num_train, 1), ("num_test", num_test, 1),
-            ("num_topics", num_topics, 1), ("max_labels", max_labels, 1),
+            ("num_labels", num_labels, 2),
+            ("num_train", num_train, 1),
+            ("num_test", num_test, 1),
+            ("num_topics", num_topics, 1),
+            ("max_labels", max_labels, 1),
             ("signature_size", signature_size, 1),
         ):
             if value < low:
                 raise ValueError(f"{field} must be >= {low}, got {value}")
         if num_features < num_topics:
-            raise ValueError(
-                f"num_features ({num_features}) must be >= num_topics ({num_topics})"
-            )
+            raise ValueError(f"num_features ({num_features}) must be >= num_topics ({num_topics})")
         if not 1.0 <= mean_labels <= max_labels:
             raise ValueError(
                 f"mean_labels must be in 1..max_labels={max_labels}, got {mean_labels}"
             )
-        for field, value in (("signature_keep", signature_keep),
-                             ("topic_coherence", topic_coherence)):
+        for field, value in (
+            ("signature_keep", signature_keep),
+            ("topic_coherence", topic_coherence),
+        ):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{field} must be in [0, 1], got {value}")
         if noise_features < 0 or not math.isfinite(power_law_exponent) or power_law_exponent < 0:
             raise ValueError("noise_features and power_law_exponent must be >= 0")
         self.settings = {
-            "num_labels": int(num_labels), "num_features": int(num_features),
-            "num_train": int(num_train), "num_test": int(num_test),
-            "num_topics": int(num_topics), "mean_labels": float(mean_labels),
-            "max_labels": int(max_labels), "signature_size": int(signature_size),
-            "signature_keep": float(signature_keep), "noise_features": float(noise_features),
+            "num_labels": int(num_labels),
+            "num_features": int(num_features),
+            "num_train": int(num_train),
+            "num_test": int(num_test),
+            "num_topics": int(num_topics),
+            "mean_labels": float(mean_labels),
+            "max_labels": int(max_labels),
+            "signature_size": int(signature_size),
+            "signature_keep": float(signature_keep),
+            "noise_features": float(noise_features),
             "power_law_exponent": float(power_law_exponent),
-            "topic_coherence": float(topic_coherence), "seed": int(seed),
+            "topic_coherence": float(topic_coherence),
+            "seed": int(seed),
         }
 
     def fingerprint(self, data_dir: Path) -> dict[str, Any]:
@@ -119,8 +128,9 @@ class XCSynthetic(XCSource):
         )
 
 
-def _weighted_draw(cumulative: np.ndarray, low: np.ndarray, high: np.ndarray,
-                   rng: np.random.Generator) -> np.ndarray:
+def _weighted_draw(
+    cumulative: np.ndarray, low: np.ndarray, high: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """Positions drawn in proportion to weight inside ``(low, high]`` of the inclusive
     cumulative weights: one ``searchsorted`` for every draw at once."""
     target = low + (1.0 - rng.random(len(low))) * (high - low)
@@ -128,9 +138,19 @@ def _weighted_draw(cumulative: np.ndarray, low: np.ndarray, high: np.ndarray,
 
 
 def generate_xc(
-    num_labels: int, num_features: int, num_train: int, num_test: int, num_topics: int,
-    mean_labels: float, max_labels: int, signature_size: int, signature_keep: float,
-    noise_features: float, power_law_exponent: float, topic_coherence: float, seed: int,
+    num_labels: int,
+    num_features: int,
+    num_train: int,
+    num_test: int,
+    num_topics: int,
+    mean_labels: float,
+    max_labels: int,
+    signature_size: int,
+    signature_keep: float,
+    noise_features: float,
+    power_law_exponent: float,
+    topic_coherence: float,
+    seed: int,
 ) -> XCData:
     """The points of :class:`XCSynthetic` (training points first); see its docstring.
 
@@ -181,15 +201,22 @@ def generate_xc(
     num_noise = rng.poisson(noise_features, size=num_points)
     rows = np.concatenate((signature_rows[kept], np.repeat(np.arange(num_points), num_noise)))
     ids = np.concatenate((signature_ids[kept], rng.integers(num_features, size=num_noise.sum())))
-    values = np.concatenate((
-        rng.uniform(0.5, 1.5, size=int(kept.sum())), rng.uniform(0.0, 0.5, size=num_noise.sum())
-    ))
+    values = np.concatenate(
+        (rng.uniform(0.5, 1.5, size=int(kept.sum())), rng.uniform(0.0, 0.5, size=num_noise.sum()))
+    )
     order = np.argsort(rows, kind="stable")
     features = csr_from_pairs(rows[order], ids[order], values[order], num_points)
     lengths = features.row_lengths()
     point_of_entry = np.repeat(np.arange(num_points), lengths)
-    norms = np.sqrt(np.bincount(point_of_entry, weights=features.values.astype(np.float64) ** 2,
-                                minlength=num_points))
+    norms = np.sqrt(
+        np.bincount(
+            point_of_entry, weights=features.values.astype(np.float64) ** 2, minlength=num_points
+        )
+    )
     scaled = features.values / norms[point_of_entry]
-    return XCData(CSR(features.indptr, features.indices, scaled.astype(np.float32)), labels,
-                  num_features, num_labels)
+    return XCData(
+        CSR(features.indptr, features.indices, scaled.astype(np.float32)),
+        labels,
+        num_features,
+        num_labels,
+    )

@@ -67,14 +67,19 @@ def _parse_block(lines: list[str]) -> _Block:
     labels = _numbers(",".join(t for t in label_texts if t), ",", np.int64, int(label_counts.sum()))
     # Empty texts are left out: joined, they would leave a bare separator numpy reads as a value.
     pairs = _numbers(
-        " ".join(t for t in feature_texts if t).replace(":", " "), " ", np.float64,
+        " ".join(t for t in feature_texts if t).replace(":", " "),
+        " ",
+        np.float64,
         2 * int(feature_counts.sum()),
     )
     feature_ids = pairs[0::2]
     if not np.array_equal(feature_ids, np.floor(feature_ids)):
         raise ValueError("feature ids must be integers")
     return _Block(
-        label_counts, labels, feature_counts, feature_ids.astype(np.int64),
+        label_counts,
+        labels,
+        feature_counts,
+        feature_ids.astype(np.int64),
         pairs[1::2].astype(np.float32),
     )
 
@@ -89,8 +94,9 @@ def _parse_or_locate(lines: list[str], first_line: int, path: Path) -> _Block:
                 _parse_block([line])
             except ValueError as error:
                 raise XCFormatError(
-                    path, number, f"cannot parse {line.rstrip()[:80]!r} as "
-                    f"'l1,l2,... f:v f:v ...' ({error})"
+                    path,
+                    number,
+                    f"cannot parse {line.rstrip()[:80]!r} as 'l1,l2,... f:v f:v ...' ({error})",
                 ) from None
         raise
 
@@ -113,7 +119,8 @@ def _parse_header(line: str, path: Path) -> tuple[int, int, int]:
     parts = line.split()
     if len(parts) != 3 or not all(part.isdigit() for part in parts):
         raise XCFormatError(
-            path, 1,
+            path,
+            1,
             f"the header must be 'num_points num_features num_labels', got {line.strip()!r}",
         )
     num_points, num_features, num_labels = (int(part) for part in parts)
@@ -126,8 +133,10 @@ def _check_range(ids: np.ndarray, counts: np.ndarray, limit: int, what: str, pat
     if len(bad):
         row = int(np.searchsorted(np.cumsum(counts), bad[0], side="right"))
         raise XCFormatError(
-            path, row + 2, f"{what} id {int(ids[bad[0]])} is outside 0..{limit - 1} "
-            f"(the header declares {limit} {what}s)"
+            path,
+            row + 2,
+            f"{what} id {int(ids[bad[0]])} is outside 0..{limit - 1} "
+            f"(the header declares {limit} {what}s)",
         )
 
 
@@ -163,7 +172,8 @@ def read_xc_file(path: str | Path) -> XCData:
     label_counts = np.concatenate([b.label_counts for b in blocks] or [np.empty(0, np.int64)])
     if len(label_counts) != num_points:
         raise XCFormatError(
-            path, None,
+            path,
+            None,
             f"the header declares {num_points} points, the file holds {len(label_counts)}",
         )
     feature_counts = np.concatenate([b.feature_counts for b in blocks] or [np.empty(0, np.int64)])
@@ -209,8 +219,8 @@ def write_xc_file(path: str | Path, data: XCData) -> Path:
             point_labels = labels.indices[labels.indptr[row] : labels.indptr[row + 1]] - 1
             span = slice(features.indptr[row], features.indptr[row + 1])
             pairs = " ".join(
-                f"{f}:{v:.9g}" for f, v in zip(features.indices[span].tolist(),
-                                                values[span].tolist())
+                f"{f}:{v:.9g}"
+                for f, v in zip(features.indices[span].tolist(), values[span].tolist())
             )
             handle.write(",".join(map(str, point_labels.tolist())) + " " + pairs + "\n")
     return path
