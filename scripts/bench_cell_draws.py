@@ -54,9 +54,18 @@ def main() -> None:
     for spread in args.spreads:
         catalog = make_catalog(num_items, args.dim, args.queries, 1, 10.0, spread, args.seed)
         for num_codewords in args.codewords:
-            table = MIDXSampler(num_items, 1, num_codewords=num_codewords, cell_draw="table")
+            # The cell draws alone: no exact top cells.
+            table = MIDXSampler(
+                num_items, 1, num_codewords=num_codewords, cell_draw="table", exact_top_codewords=0
+            )
             table.update(catalog.items)
-            two = MIDXSampler(num_items, 1, num_codewords=num_codewords, cell_draw="two_stage")
+            two = MIDXSampler(
+                num_items,
+                1,
+                num_codewords=num_codewords,
+                cell_draw="two_stage",
+                exact_top_codewords=0,
+            )
             two.load_state_dict(table.state_dict())
             for num_samples in args.negatives:
                 seconds = [

@@ -115,8 +115,13 @@ def sampler_factories(
     for name, kwargs in midx_variants.items():
         for draw in cell_draws:
             label = name if len(cell_draws) == 1 else f"{name} ({draw})"
+            # No exact top cells but those of midx+topT.
             factories[label] = lambda n, kw=kwargs, draw=draw: MIDXSampler(
-                n, num_negatives, num_codewords=num_codewords, cell_draw=draw, **kw
+                n,
+                num_negatives,
+                num_codewords=num_codewords,
+                cell_draw=draw,
+                **{"exact_top_codewords": 0, **kw},
             )
     return factories
 

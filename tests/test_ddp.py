@@ -49,9 +49,14 @@ def _free_port() -> int:
 
 def _samplers() -> dict[str, torch.nn.Module]:
     return {
-        "midx_pq": MIDXSampler(NUM_ITEMS, 16, num_codewords=16),
+        "midx_pq": MIDXSampler(NUM_ITEMS, 16, num_codewords=16, exact_top_codewords=0),
         "midx_rq_pop": MIDXSampler(
-            NUM_ITEMS, 16, num_codewords=16, quantizer="rq", last_stage="popularity"
+            NUM_ITEMS,
+            16,
+            num_codewords=16,
+            quantizer="rq",
+            last_stage="popularity",
+            exact_top_codewords=0,
         ),
         "popularity": PopularitySampler(NUM_ITEMS, 16),
     }

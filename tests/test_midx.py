@@ -12,10 +12,10 @@ import torch
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.index import Codebooks, ProductCodebooks, ResidualCodebooks
-from recsys_midx.samplers.base import Sampler
 from recsys_midx.samplers.cell_draws import factorised_masses
 from recsys_midx.samplers.diagnostics import proposal_divergence
 from recsys_midx.samplers.midx import MIDXSampler
+from recsys_midx.samplers.uniform import UniformSampler
 
 NUM_ITEMS, DIM, NUM_CLUSTERS, NUM_QUERIES = 500, 16, 20, 4
 DRAWS_PER_QUERY = 50_000
@@ -231,19 +231,9 @@ def test_exact_stage_is_the_softmax(catalog: dict[str, torch.Tensor], name: str)
     assert chi_square_pvalue(ids, log_softmax.exp()) > 1e-3
 
 
-class _UniformReference(Sampler):
-    """q = 1/N, the baseline the MIDX proposals must beat."""
-
-    def sample(self, query: torch.Tensor, num_samples: int) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
-
-    def log_prob(self, query: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        return torch.full(ids.shape, -float(np.log(self.num_items)))
-
-
 def test_midx_is_closer_to_softmax_than_uniform(catalog: dict[str, torch.Tensor]) -> None:
     queries, items = catalog["queries"], catalog["items"]
-    uniform = proposal_divergence(_UniformReference(NUM_ITEMS, 20), queries, items)
+    uniform = proposal_divergence(UniformSampler(NUM_ITEMS, 20), queries, items)
     for name in ("midx", "midx_rq"):
         midx = proposal_divergence(_built(catalog, **CONFIGS[name]), queries, items)
         assert midx["kl"] < 0.5 * uniform["kl"], (name, midx, uniform)

@@ -58,7 +58,8 @@ def test_negative_budgets_are_refused():
 
 
 def test_sampler_sizes_its_top_cells_from_the_catalog_unless_told():
-    sized = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=None, exact_top_items=200)
+    # Sized by default, as sampler=midx configures it.
+    sized = MIDXSampler(2_000, 10, num_codewords=16, exact_top_items=200)
     # t**2 * 2000 / 256 <= 200 gives t = 5 (25 cells, ~195 items).
     assert sized.sizing() == {"num_codewords": 16, "num_codebooks": 2, "exact_top_codewords": 5}
     assert sized.exact_top is not None and sized.exact_top.top_codewords == 5
@@ -69,7 +70,7 @@ def test_sampler_sizes_its_top_cells_from_the_catalog_unless_told():
     off = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=None, exact_top_items=0)
     assert off.exact_top is None and not off.prefers_exact_positives
     assert off.sizing()["exact_top_codewords"] == 0
-    with pytest.raises(ValueError, match="exact_top_items must be >= 0"):
+    with pytest.raises(ValueError, match="exact_top_items=-5: it must be >= 0"):
         MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=None, exact_top_items=-5)
 
 
@@ -90,7 +91,7 @@ def test_sized_proposal_draws_follow_its_log_q():
 @pytest.mark.parametrize("loss_class", [SoftmaxLoss, MultiLabelSoftmaxLoss])
 def test_loss_left_to_choose_counts_positives_as_the_sampler_prefers(loss_class):
     with_top = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=3)
-    without_top = MIDXSampler(2_000, 10, num_codewords=16)
+    without_top = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=0)
 
     assert loss_class().counts_positives_exactly(with_top)
     assert not loss_class().counts_positives_exactly(without_top)

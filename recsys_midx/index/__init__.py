@@ -4,6 +4,7 @@ The MIDX samplers and the EDRep loss build their proposals and cluster statistic
 """
 
 from .codebooks import (
+    QUANTIZERS,
     Codebooks,
     ProductCodebooks,
     ResidualCodebooks,
@@ -14,6 +15,7 @@ from .kmeans import kmeans
 from .module import IndexModule
 
 __all__ = [
+    "QUANTIZERS",
     "Codebooks",
     "IndexModule",
     "ProductCodebooks",

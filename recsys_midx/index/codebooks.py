@@ -297,6 +297,10 @@ class ResidualCodebooks(Codebooks):
         return self.codewords.reshape(-1, self.codewords.shape[-1])
 
 
+#: The codebooks by ``quantizer`` name.
+QUANTIZERS: dict[str, type[Codebooks]] = {"pq": ProductCodebooks, "rq": ResidualCodebooks}
+
+
 def make_codebooks(quantizer: str, **kwargs: Any) -> Codebooks:
     """Build ``ProductCodebooks`` (``"pq"``) or ``ResidualCodebooks`` (``"rq"``).
 
@@ -314,7 +318,6 @@ def make_codebooks(quantizer: str, **kwargs: Any) -> Codebooks:
         >>> type(make_codebooks("rq", num_codewords=8)).__name__
         'ResidualCodebooks'
     """
-    kinds: dict[str, type[Codebooks]] = {"pq": ProductCodebooks, "rq": ResidualCodebooks}
-    if quantizer not in kinds:
-        raise ValueError(f"quantizer must be one of {sorted(kinds)}, got {quantizer!r}")
-    return kinds[quantizer](**kwargs)
+    if quantizer not in QUANTIZERS:
+        raise ValueError(f"quantizer must be one of {sorted(QUANTIZERS)}, got {quantizer!r}")
+    return QUANTIZERS[quantizer](**kwargs)

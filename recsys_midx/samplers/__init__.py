@@ -10,6 +10,7 @@ from .kernel import KernelSampler
 from .lsh import LSHSampler
 from .midx import MIDXSampler
 from .popularity import PopularitySampler
+from .registry import sampler_class, sampler_classes
 from .sir import SIRSampler
 from .uniform import UniformSampler
 
@@ -26,4 +27,6 @@ __all__ = [
     "Sampler",
     "UniformSampler",
     "proposal_divergence",
+    "sampler_class",
+    "sampler_classes",
 ]

@@ -3,14 +3,22 @@
 A sampler proposes negative item ids for a batch of (already temperature-scaled) query vectors and
 reports the exact, normalised log-probability ``log q`` of each id, which the sampled-softmax loss
 uses for the logQ correction. Item ids are ``1..N``; id ``0`` is padding and is never drawn.
+
+Each sampler also declares what the rest of the package needs to know about it: its family name
+and colour in summaries, the valid values of its enumerated settings and the lowest of its sizes
+(which the constructor and the pre-flight checks both enforce), and the sizes that suit a small
+catalog. Its constructor's defaults are the defaults: ``recsys_midx/conf/sampler/*.yaml`` repeat
+them, and a test checks that they agree.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import inspect
 import math
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -19,13 +27,24 @@ from torch import Tensor
 class Sampler(torch.nn.Module, abc.ABC):
     """Base class of all samplers.
 
-    Subclasses implement :meth:`sample` and :meth:`log_prob`, and override :meth:`update` when the
-    proposal depends on the item table or on item counts. Samplers are plain torch modules: their
-    state (codebooks, weights) lives in buffers, so it follows ``.to(device)`` and ``state_dict``.
+    The public :meth:`sample`, :meth:`log_prob` and :meth:`catalog_log_prob` hold what every
+    sampler shares: they check the input (shape, the proposal built, its dimension and device,
+    finite values for a query-dependent proposal), detach the query as float32 and run the
+    sampler's hook without gradients and without autocast. A subclass implements the hooks
+    :meth:`_draw` and :meth:`_log_prob`, :meth:`_catalog_log_prob` when it has a faster way than
+    :meth:`_log_prob` of every id, :meth:`_check_ready` and :meth:`_query_dim` when it is built
+    from the item table, and overrides :meth:`update` when the proposal depends on the item table
+    or on item counts. Samplers are plain torch modules: their state (codebooks, weights) lives
+    in buffers, so it follows ``.to(device)`` and ``state_dict``.
+
+    A subclass declares :attr:`family` and :attr:`colour`, and where it has them its
+    :attr:`choices` and :attr:`minimums`; its constructor checks its arguments against them with
+    :meth:`check_settings`.
 
     Args:
         num_items: ``N``, the number of real items; valid ids are ``1..N``.
-        num_negatives: ``M``, how many negatives the objective draws per query with this sampler.
+        num_negatives: ``M``, how many negatives :meth:`sample` draws per query unless told
+            otherwise.
 
     Raises:
         ValueError: if ``num_items < 1`` or ``num_negatives`` is not in ``1..N-1``.
@@ -37,11 +56,23 @@ class Sampler(torch.nn.Module, abc.ABC):
     #: True when ``q(i | z)`` does not depend on the query ``z`` (uniform, popularity, in-batch):
     #: a mixture of the proposals of several queries is then the proposal itself, so objectives
     #: that pool the queries of a batch score ids under any one query instead of all of them.
+    #: Such a sampler does not read the query's values, so it accepts non-finite ones.
     query_independent: ClassVar[bool] = False
 
     #: True when the proposal follows the softmax closely enough that the objective should count
     #: the positive exactly rather than logQ-correct it (an objective told neither follows this).
     prefers_exact_positives: bool = False
+
+    #: Name of the sampler's family in summaries and plots (``"midx"`` for every MIDX variant).
+    family: ClassVar[str]
+    #: Colour of the family in plots (a matplotlib colour), so that every figure of a sweep
+    #: agrees.
+    colour: ClassVar[str]
+    #: The valid values of the sampler's enumerated settings, by constructor argument.
+    choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: The lowest valid value of the sampler's integer settings whatever the catalog, by
+    #: constructor argument (``None``, where a setting takes it, is not checked).
+    minimums: ClassVar[Mapping[str, int]] = {}
 
     def __init__(self, num_items: int, num_negatives: int = 100) -> None:
         super().__init__()
@@ -54,6 +85,88 @@ class Sampler(torch.nn.Module, abc.ABC):
             )
         self.num_items = int(num_items)
         self.num_negatives = int(num_negatives)
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """The constructor's default of each setting that has one.
+
+        Example:
+            >>> from recsys_midx.samplers import PopularitySampler
+            >>> PopularitySampler.defaults()
+            {'num_negatives': 100, 'alpha': 0.75, 'smoothing': 1.0}
+        """
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+    @classmethod
+    def check_settings(cls, settings: Mapping[str, Any]) -> None:
+        """Check the settings of :attr:`choices` and :attr:`minimums` found in ``settings``.
+
+        Args:
+            settings: setting names to values, e.g. a sampler config or a constructor's
+                ``locals()``; the names not declared are ignored.
+
+        Raises:
+            ValueError: ``"NAME=VALUE: ..."`` for the first declared setting outside its
+                choices or below its minimum.
+
+        Example:
+            >>> from recsys_midx.samplers import MIDXSampler
+            >>> MIDXSampler.check_settings({"quantizer": "opq"})
+            Traceback (most recent call last):
+            ...
+            ValueError: quantizer=opq: choose one of pq, rq
+        """
+        for name, choices in cls.choices.items():
+            value = settings.get(name)
+            if value is not None and value not in choices:
+                raise ValueError(f"{name}={value}: choose one of {', '.join(choices)}")
+        for name, lowest in cls.minimums.items():
+            value = settings.get(name)
+            if value is not None and value < lowest:
+                raise ValueError(f"{name}={value}: it must be >= {lowest}")
+
+    @classmethod
+    def settings_for(cls, num_items: int) -> dict[str, Any]:
+        """Settings that replace defaults too large for a catalog of ``num_items`` items.
+
+        The base draws a quarter of the catalog when the default number of negatives is not
+        below it; an exhaustive sampler needs nothing. Samplers with sizes of their own add
+        them.
+
+        Args:
+            num_items: ``N``.
+
+        Returns:
+            Constructor arguments (empty when the defaults fit).
+
+        Example:
+            >>> from recsys_midx.samplers import UniformSampler
+            >>> UniformSampler.settings_for(80), UniformSampler.settings_for(10_000)
+            ({'num_negatives': 20}, {})
+        """
+        negatives = cls.defaults()["num_negatives"]
+        if cls.exhaustive or negatives < num_items:
+            return {}
+        return {"num_negatives": max(1, num_items // 4)}
+
+    @classmethod
+    def label_parts(
+        cls, settings: Mapping[str, Any], sizing: Mapping[str, Any], every_n_steps: int | None
+    ) -> list[str]:
+        """What tells this sampler's runs apart in a summary, shown as ``family[part,...]``.
+
+        The base shows nothing; a sampler with variants names them.
+
+        Args:
+            settings: the run's sampler config (older runs may lack settings added since).
+            sizing: the sizes the run's sampler derived from its catalog (:meth:`sizing`).
+            every_n_steps: the run's step refresh schedule (``None`` or 0: none).
+
+        Returns:
+            The parts, in order.
+        """
+        return []
 
     def update(self, item_emb: Tensor, item_counts: Tensor | None = None) -> None:
         """(Re)build the proposal from the item table ``[N+1, D]`` and optional counts ``[N+1]``.
@@ -68,34 +181,133 @@ class Sampler(torch.nn.Module, abc.ABC):
         from the batch itself (in-batch negatives) override it.
         """
 
-    @abc.abstractmethod
+    @torch.no_grad()
     def sample(
-        self, query: Tensor, num_samples: int, *, generator: torch.Generator | None = None
+        self,
+        query: Tensor,
+        num_samples: int | None = None,
+        *,
+        generator: torch.Generator | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Draw ``num_samples`` ids per query, with replacement.
 
         Args:
-            query: ``[Q, D]`` scaled query vectors.
-            num_samples: ``M``, ids drawn per query.
+            query: ``[Q, D]`` scaled query vectors, any float dtype (used in float32).
+            num_samples: ``M``, ids drawn per query; ``None``: :attr:`num_negatives`.
             generator: optional random generator on the device of ``query``, for reproducible
                 draws (the global generator otherwise).
 
         Returns:
             ``ids`` ``[Q, M]`` (long, in ``1..N``) and ``log_q`` ``[Q, M]`` (float32, normalised).
+
+        Raises:
+            RuntimeError: if the proposal is not built yet (see :meth:`update`).
+            ValueError: if ``query`` is not ``[Q, D]`` floating point on the sampler's device,
+                has NaN or infinite entries (a query-dependent proposal; the message names the
+                rows), or ``num_samples`` is not a count this sampler can draw.
+
+        Example:
+            >>> from recsys_midx.samplers import UniformSampler
+            >>> ids, log_q = UniformSampler(1000, num_negatives=20).sample(torch.randn(8, 16))
+            >>> ids.shape, bool((log_q == -math.log(1000)).all())
+            (torch.Size([8, 20]), True)
         """
+        if num_samples is None:
+            num_samples = self.num_negatives
+        check_num_samples(num_samples)
+        self._check_num_samples(num_samples)
+        query = self._checked_query(query)
+        with full_precision(query.device):
+            return self._draw(query, num_samples, generator)
 
-    @abc.abstractmethod
+    @torch.no_grad()
     def log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
-        """Normalised ``log q(ids | query)`` with the shape of ``ids`` (``[Q, ...]``), float32."""
+        """Normalised ``log q(ids | query)``; ``-inf`` for the padding id ``0``.
 
+        Args:
+            query: ``[Q, D]`` scaled queries.
+            ids: ``[Q, ...]`` integer ids in ``0..N`` on the device of ``query``.
+
+        Returns:
+            float32 tensor with the shape of ``ids``.
+
+        Raises:
+            RuntimeError: if the proposal is not built yet.
+            ValueError: on a malformed ``query`` (as :meth:`sample`) or malformed ``ids`` (see
+                :func:`check_ids`).
+        """
+        query = self._checked_query(query)
+        check_ids(query, ids, self.num_items)
+        with full_precision(query.device):
+            return self._log_prob(query, ids)
+
+    @torch.no_grad()
     def catalog_log_prob(self, query: Tensor) -> Tensor:
         """``log q`` of every item ``1..N`` for each query: ``[Q, N]`` float32.
 
-        The default asks :meth:`log_prob` for all ids; a sampler with a cheaper way to score the
-        whole catalog overrides it (the proposal diagnostics call it at every refresh).
+        The proposal diagnostics call it at every refresh.
+
+        Raises:
+            RuntimeError: if the proposal is not built yet.
+            ValueError: on a malformed ``query`` (as :meth:`sample`).
         """
+        query = self._checked_query(query)
+        with full_precision(query.device):
+            return self._catalog_log_prob(query)
+
+    @abc.abstractmethod
+    def _draw(
+        self, query: Tensor, num_samples: int, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor]:
+        """The draws of :meth:`sample` for a checked float32 ``query`` and a valid count.
+
+        Returns:
+            ``ids`` ``[Q, num_samples]`` (long, in ``1..N``) and their ``log_q`` (float32).
+        """
+
+    @abc.abstractmethod
+    def _log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
+        """:meth:`log_prob` of checked ``ids`` ``[Q, ...]`` for a checked float32 ``query``."""
+
+    def _catalog_log_prob(self, query: Tensor) -> Tensor:
+        """:meth:`catalog_log_prob` of a checked float32 ``query``; the default asks
+        :meth:`_log_prob` for every id."""
         ids = torch.arange(1, self.num_items + 1, device=query.device)
-        return self.log_prob(query, ids.expand(query.shape[0], -1))
+        return self._log_prob(query, ids.expand(query.shape[0], -1))
+
+    def _check_ready(self) -> None:
+        """Raise ``RuntimeError`` naming the call that builds the proposal if it is not built;
+        the default has nothing to build."""
+
+    def _query_dim(self) -> int | None:
+        """``D`` a query must have (the built item table's), or ``None`` for any."""
+        return None
+
+    def _check_num_samples(self, num_samples: int) -> None:
+        """Raise ``ValueError`` if this sampler cannot draw ``num_samples`` (a positive int)
+        per query; the default accepts any."""
+
+    def _checked_query(self, query: Tensor) -> Tensor:
+        """``query`` detached as float32 ``[Q, D]``, after the checks of :meth:`sample`.
+
+        A query-dependent proposal refuses non-finite values: a NaN score would otherwise
+        index past its tables.
+        """
+        self._check_ready()
+        check_query(query)
+        dim = self._query_dim()
+        if dim is not None and query.shape[1] != dim:
+            raise ValueError(f"query must be [Q, {dim}], got shape {tuple(query.shape)}")
+        state = next(self.buffers(), None)
+        if state is not None and state.device != query.device:
+            raise ValueError(
+                f"query is on {query.device} but the sampler is on {state.device}; "
+                "move the sampler with .to(device)"
+            )
+        query = query.detach().float()
+        if not self.query_independent:
+            check_finite_query(query)
+        return query
 
     def sizing(self) -> dict[str, int]:
         """Sizes of the proposal worth recording with a run's results (the default: none)."""
@@ -149,36 +361,6 @@ def check_finite_query(query: Tensor) -> None:
     rows = (~query.isfinite()).any(1).nonzero().flatten().tolist()
     shown = ", ".join(map(str, rows[:10])) + (f", ... ({len(rows)} rows)" if len(rows) > 10 else "")
     raise ValueError(f"query rows [{shown}] are not finite (NaN or infinite entries)")
-
-
-def checked_index_query(query: Tensor, dim: int, built: bool, missing: str) -> Tensor:
-    """``query`` detached as float32 ``[Q, D]`` for a sampler built from the item table, after
-    checking that it is built, that ``D`` fits and that the entries are finite (a NaN score
-    would otherwise index past the sampler's tables).
-
-    Args:
-        query: the query given to ``sample`` or ``log_prob``.
-        dim: ``D`` of the item table the sampler was built from.
-        built: whether :meth:`Sampler.update` has run.
-        missing: the error when it has not, e.g. ``"MIDXSampler has no index yet"``.
-
-    Raises:
-        RuntimeError: ``missing``, with the call that fixes it, if not ``built``.
-        ValueError: if ``query`` is not ``[Q, dim]`` floating point or has NaN or infinite
-            entries.
-
-    Example:
-        >>> checked_index_query(torch.ones(2, 3, dtype=torch.float64), 3, True, "").dtype
-        torch.float32
-    """
-    if not built:
-        raise RuntimeError(f"{missing}: call update(item_emb) first")
-    check_query(query)
-    if query.shape[1] != dim:
-        raise ValueError(f"query must be [Q, {dim}], got shape {tuple(query.shape)}")
-    query = query.detach().float()
-    check_finite_query(query)
-    return query
 
 
 def check_num_samples(num_samples: int) -> None:

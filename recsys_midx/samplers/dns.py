@@ -19,7 +19,6 @@ import warnings
 import torch
 from torch import Tensor
 
-from recsys_midx.samplers.base import check_ids
 from recsys_midx.samplers.candidate_pool import CandidatePoolSampler
 from recsys_midx.samplers.uniform import uniform_log_prob
 
@@ -51,6 +50,9 @@ class DNSSampler(CandidatePoolSampler):
         (torch.Size([4, 10]), torch.float32)
     """
 
+    family = "dns"
+    colour = "C7"
+
     def __init__(self, num_items: int, num_negatives: int = 100, pool_size: int = 200) -> None:
         super().__init__(num_items, num_negatives, pool_size)
         if pool_size < num_negatives:
@@ -64,7 +66,7 @@ class DNSSampler(CandidatePoolSampler):
             stacklevel=2,
         )
 
-    def check_draws_fit_pool(self, num_samples: int) -> None:
+    def _check_num_samples(self, num_samples: int) -> None:
         """Raise ``ValueError`` if ``num_samples`` exceeds the pool size ``L``."""
         if num_samples > self.pool_size:
             raise ValueError(
@@ -96,22 +98,7 @@ class DNSSampler(CandidatePoolSampler):
         ids = candidates.gather(1, best)
         return ids, uniform_log_prob(ids, self.num_items)
 
-    @torch.no_grad()
-    def log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
-        """The approximate ``log q(ids)``: ``-log N``, ``-inf`` for padding id 0.
-
-        Args:
-            query: ``[Q, D]`` scaled queries.
-            ids: ``[Q, ...]`` integer ids in ``0..N``.
-
-        Returns:
-            float32 tensor with the shape of ``ids``.
-
-        Raises:
-            RuntimeError: before the first :meth:`update`.
-            ValueError: on a malformed or non-finite ``query`` (as :meth:`sample` refuses it,
-                though the value itself is not used), or malformed ``ids``.
-        """
-        query = self.checked_query(query)
-        check_ids(query, ids, self.num_items)
+    def _log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
+        """The approximate ``log q(ids)``: ``-log N``, ``-inf`` for padding id 0 (the query is
+        checked as for :meth:`sample`, though its values are not used)."""
         return uniform_log_prob(ids, self.num_items)

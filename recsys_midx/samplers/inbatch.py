@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import Sampler, check_ids, check_num_samples, check_query
+from .base import Sampler
 
 
 class InBatchSampler(Sampler):
@@ -34,6 +34,8 @@ class InBatchSampler(Sampler):
         True
     """
 
+    family = "inbatch"
+    colour = "C4"
     query_independent = True
 
     def __init__(self, num_items: int, num_negatives: int = 100) -> None:
@@ -83,19 +85,10 @@ class InBatchSampler(Sampler):
             .log_()
         )
 
-    @torch.no_grad()
-    def sample(
-        self, query: Tensor, num_samples: int, *, generator: torch.Generator | None = None
+    def _draw(
+        self, query: Tensor, num_samples: int, generator: torch.Generator | None
     ) -> tuple[Tensor, Tensor]:
-        """Draw ``num_samples`` of the batch's targets per query, uniformly, with replacement.
-
-        Raises:
-            RuntimeError: if neither counts nor targets were given.
-            ValueError: on a malformed ``query`` or ``num_samples``.
-        """
-        check_query(query)
-        check_num_samples(num_samples)
-        self._require_support()
+        """Draw ``num_samples`` of the batch's targets per query, uniformly, with replacement."""
         total = self._cdf[-1]
         uniform = torch.rand(
             (query.shape[0], num_samples),
@@ -108,15 +101,11 @@ class InBatchSampler(Sampler):
         ids = self._ids[picks]
         return ids, self._log_q[ids]
 
-    @torch.no_grad()
-    def log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
+    def _log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
         """``log(count_i / Q)`` of the observed batch; ``-inf`` for ids no query targets."""
-        check_query(query)
-        check_ids(query, ids, self.num_items)
-        self._require_support()
         return self._log_q[ids]
 
-    def _require_support(self) -> None:
+    def _check_ready(self) -> None:
         if self._ids.numel() == 0:
             raise RuntimeError(
                 "InBatchSampler needs update(item_emb, item_counts) or observe_targets(targets) "

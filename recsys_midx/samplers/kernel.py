@@ -33,14 +33,7 @@ import torch
 from torch import Tensor
 
 from recsys_midx.index import IndexModule
-from recsys_midx.samplers.base import (
-    Sampler,
-    check_ids,
-    check_item_table,
-    check_num_samples,
-    checked_index_query,
-    full_precision,
-)
+from recsys_midx.samplers.base import Sampler, check_item_table, full_precision
 from recsys_midx.samplers.draws import inverse_cdf
 
 #: Cap on the elements of a chunk's temporaries (block projections, gathered block items).
@@ -75,6 +68,10 @@ class KernelSampler(Sampler, IndexModule):
         (torch.Size([4, 10]), torch.float32)
     """
 
+    family = "kernel"
+    colour = "C5"
+    minimums = {"block_size": 1}
+
     def __init__(
         self,
         num_items: int,
@@ -83,10 +80,9 @@ class KernelSampler(Sampler, IndexModule):
         block_size: int | None = None,
     ) -> None:
         super().__init__(num_items, num_negatives)
+        self.check_settings(locals())  # every argument against the declared choices and minimums
         if not (math.isfinite(alpha) and alpha > 0):
             raise ValueError(f"alpha must be finite and > 0, got {alpha}")
-        if block_size is not None and block_size < 1:
-            raise ValueError(f"block_size must be >= 1 or null, got {block_size}")
         self.alpha = float(alpha)
         self.block_size = block_size
         #: ``[C, B, D]`` items in id order, padded with zero rows to ``C * B``.
@@ -129,63 +125,27 @@ class KernelSampler(Sampler, IndexModule):
         # Contiguous: buffers are moved as byte views (see IndexModule).
         self.block_factors = factors.to(device=items.device, dtype=torch.float32).contiguous()
 
-    @torch.no_grad()
-    def sample(
-        self, query: Tensor, num_samples: int, *, generator: torch.Generator | None = None
+    def _draw(
+        self, query: Tensor, num_samples: int, generator: torch.Generator | None
     ) -> tuple[Tensor, Tensor]:
-        """Draw ``num_samples`` ids per query (with replacement) from the kernel proposal.
-
-        Args:
-            query: ``[Q, D]`` scaled queries, any float dtype (computed in float32).
-            num_samples: ``M``.
-            generator: random generator for reproducible draws (``None``: the global one).
-
-        Returns:
-            ``ids`` ``[Q, M]`` long in ``1..N`` and their exact normalised ``log_q`` ``[Q, M]``
-            float32.
-
-        Raises:
-            RuntimeError: before the first :meth:`update`.
-            ValueError: if ``query`` is not ``[Q, D]`` floating point, has NaN or infinite
-                entries, or ``num_samples < 1``.
-        """
-        check_num_samples(num_samples)
-        query = self._checked_query(query)
         size = self.blocked_items.shape[1]
         ids = torch.empty(query.shape[0], num_samples, dtype=torch.long, device=query.device)
         log_q = torch.empty(query.shape[0], num_samples, device=query.device)
-        with full_precision(query.device):
-            for rows, z in self._chunks(query, num_samples):
-                log_block_q = self._log_block_masses(z)
-                blocks, _ = inverse_cdf(log_block_q.exp(), num_samples, generator)
-                blocks.clamp_(max=self.num_blocks - 1)
-                kernel = self._kernel_in_blocks(z, blocks)
-                positions, block_kernel = inverse_cdf(kernel.clone(), 1, generator)
-                positions.clamp_(max=size - 1)
-                chosen = kernel.gather(2, positions).squeeze(2)
-                ids[rows] = blocks * size + positions.squeeze(2) + 1
-                log_q[rows] = (
-                    log_block_q.gather(1, blocks) + chosen.log() - block_kernel.squeeze(2).log()
-                )
+        for rows, z in self._chunks(query, num_samples):
+            log_block_q = self._log_block_masses(z)
+            blocks, _ = inverse_cdf(log_block_q.exp(), num_samples, generator)
+            blocks.clamp_(max=self.num_blocks - 1)
+            kernel = self._kernel_in_blocks(z, blocks)
+            positions, block_kernel = inverse_cdf(kernel.clone(), 1, generator)
+            positions.clamp_(max=size - 1)
+            chosen = kernel.gather(2, positions).squeeze(2)
+            ids[rows] = blocks * size + positions.squeeze(2) + 1
+            log_q[rows] = (
+                log_block_q.gather(1, blocks) + chosen.log() - block_kernel.squeeze(2).log()
+            )
         return ids, log_q
 
-    @torch.no_grad()
-    def log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
-        """Exact normalised ``log q(ids | query)``; ``-inf`` for the padding id 0.
-
-        Args:
-            query: ``[Q, D]`` scaled queries.
-            ids: ``[Q, ...]`` integer ids in ``0..N``.
-
-        Returns:
-            float32 tensor with the shape of ``ids``.
-
-        Raises:
-            RuntimeError: before the first :meth:`update`.
-            ValueError: on a malformed or non-finite ``query``, or malformed ``ids``.
-        """
-        query = self._checked_query(query)
-        check_ids(query, ids, self.num_items)
+    def _log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
         flat = ids.reshape(ids.shape[0], -1).long()
         size = self.blocked_items.shape[1]
         out = torch.empty(flat.shape, device=query.device)
@@ -193,50 +153,34 @@ class KernelSampler(Sampler, IndexModule):
         items = (flat - 1).clamp_min(0)
         per_id = max(1, size * query.shape[1])
         columns = max(1, _CHUNK_ELEMENTS // per_id)
-        with full_precision(query.device):
-            for rows, z in self._chunks(query, min(flat.shape[1], columns)):
-                log_block_q = self._log_block_masses(z)
-                for start in range(0, flat.shape[1], columns):
-                    cols = slice(start, start + columns)
-                    blocks = items[rows, cols].div(size, rounding_mode="floor")
-                    positions = items[rows, cols].remainder(size)
-                    kernel = self._kernel_in_blocks(z, blocks)
-                    chosen = kernel.gather(2, positions[..., None]).squeeze(2)
-                    out[rows, cols] = (
-                        log_block_q.gather(1, blocks) + chosen.log() - kernel.sum(2).log()
-                    )
+        for rows, z in self._chunks(query, min(flat.shape[1], columns)):
+            log_block_q = self._log_block_masses(z)
+            for start in range(0, flat.shape[1], columns):
+                cols = slice(start, start + columns)
+                blocks = items[rows, cols].div(size, rounding_mode="floor")
+                positions = items[rows, cols].remainder(size)
+                kernel = self._kernel_in_blocks(z, blocks)
+                chosen = kernel.gather(2, positions[..., None]).squeeze(2)
+                out[rows, cols] = log_block_q.gather(1, blocks) + chosen.log() - kernel.sum(2).log()
         return out.masked_fill_(flat == 0, -math.inf).view(ids.shape)
 
-    @torch.no_grad()
-    def catalog_log_prob(self, query: Tensor) -> Tensor:
-        """Exact normalised ``log q`` of every item ``1..N``, ``[Q, N]`` float32.
-
-        Equal to :meth:`log_prob` of all ids, from one score per item and query (``O(N * D)``)
-        instead of a block's worth per id.
-
-        Raises:
-            RuntimeError: before the first :meth:`update`.
-            ValueError: on a malformed or non-finite ``query``.
-        """
-        query = self._checked_query(query)
+    def _catalog_log_prob(self, query: Tensor) -> Tensor:
+        """From one score per item and query (``O(N * D)``) instead of a block's worth per id."""
         num_blocks, size, dim = self.blocked_items.shape
         out = torch.empty(query.shape[0], self.num_items, device=query.device)
         # Per query: N scores (padded to C * B) and the C * D block projections.
         rows_per_chunk = max(1, _CHUNK_ELEMENTS // (num_blocks * max(size, dim)))
-        with full_precision(query.device):
-            for start in range(0, query.shape[0], rows_per_chunk):
-                z = query[start : start + rows_per_chunk]
-                scores = z @ self.blocked_items.view(-1, dim).T
-                kernel = self._kernel(scores).view(z.shape[0], num_blocks, size)
-                kernel[:, -1, self.num_items - (num_blocks - 1) * size :] = 0.0
-                log_q = (
-                    self._log_block_masses(z)[:, :, None]
-                    + kernel.log()
-                    - kernel.sum(2, keepdim=True).log()
-                )
-                out[start : start + rows_per_chunk] = log_q.view(z.shape[0], -1)[
-                    :, : self.num_items
-                ]
+        for start in range(0, query.shape[0], rows_per_chunk):
+            z = query[start : start + rows_per_chunk]
+            scores = z @ self.blocked_items.view(-1, dim).T
+            kernel = self._kernel(scores).view(z.shape[0], num_blocks, size)
+            kernel[:, -1, self.num_items - (num_blocks - 1) * size :] = 0.0
+            log_q = (
+                self._log_block_masses(z)[:, :, None]
+                + kernel.log()
+                - kernel.sum(2, keepdim=True).log()
+            )
+            out[start : start + rows_per_chunk] = log_q.view(z.shape[0], -1)[:, : self.num_items]
         return out
 
     def extra_repr(self) -> str:
@@ -280,14 +224,12 @@ class KernelSampler(Sampler, IndexModule):
         padding = (blocks[..., None] * size + torch.arange(size, device=z.device)) >= self.num_items
         return kernel.masked_fill_(padding, 0.0)
 
-    def _checked_query(self, query: Tensor) -> Tensor:
-        """``query`` as float32 ``[Q, D]`` (see :func:`checked_index_query`)."""
-        return checked_index_query(
-            query,
-            self.blocked_items.shape[2],
-            self.num_blocks > 0,
-            "KernelSampler has no index yet",
-        )
+    def _check_ready(self) -> None:
+        if self.num_blocks == 0:
+            raise RuntimeError("KernelSampler has no index yet: call update(item_emb) first")
+
+    def _query_dim(self) -> int:
+        return self.blocked_items.shape[2]
 
     def _chunks(self, query: Tensor, draws: int) -> Iterator[tuple[slice, Tensor]]:
         """Row blocks of the queries, sized so that the block projections (``C * D`` per query)

@@ -27,14 +27,7 @@ import torch
 from torch import Tensor
 
 from recsys_midx.index import IndexModule
-from recsys_midx.samplers.base import (
-    Sampler,
-    check_ids,
-    check_item_table,
-    check_num_samples,
-    checked_index_query,
-    full_precision,
-)
+from recsys_midx.samplers.base import Sampler, check_item_table, full_precision
 from recsys_midx.samplers.uniform import RANDOM_RANGE, random_int62
 
 #: Largest ``num_bits``: each table keeps ``2**num_bits + 1`` bucket offsets.
@@ -72,6 +65,10 @@ class LSHSampler(Sampler, IndexModule):
         (torch.Size([4, 10]), torch.float32)
     """
 
+    family = "lsh"
+    colour = "C8"
+    minimums = {"num_tables": 1}
+
     def __init__(
         self,
         num_items: int,
@@ -82,8 +79,7 @@ class LSHSampler(Sampler, IndexModule):
         seed: int = 0,
     ) -> None:
         super().__init__(num_items, num_negatives)
-        if num_tables < 1:
-            raise ValueError(f"num_tables must be >= 1, got {num_tables}")
+        self.check_settings(locals())  # every argument against the declared choices and minimums
         if not 1 <= num_bits <= MAX_BITS:
             raise ValueError(f"num_bits must be in 1..{MAX_BITS}, got {num_bits}")
         if not 0 < uniform_mix <= 1:
@@ -131,28 +127,9 @@ class LSHSampler(Sampler, IndexModule):
         counts.scatter_add_(1, keys.T, torch.ones_like(keys.T))
         self.offsets = torch.nn.functional.pad(counts.cumsum(1), (1, 0))
 
-    @torch.no_grad()
-    def sample(
-        self, query: Tensor, num_samples: int, *, generator: torch.Generator | None = None
+    def _draw(
+        self, query: Tensor, num_samples: int, generator: torch.Generator | None
     ) -> tuple[Tensor, Tensor]:
-        """Draw ``num_samples`` ids per query (with replacement) from the LSH proposal.
-
-        Args:
-            query: ``[Q, D]`` scaled queries, any float dtype (hashed in float32).
-            num_samples: ``M``.
-            generator: random generator for reproducible draws (``None``: the global one).
-
-        Returns:
-            ``ids`` ``[Q, M]`` long in ``1..N`` and their exact normalised ``log_q`` ``[Q, M]``
-            float32.
-
-        Raises:
-            RuntimeError: before the first :meth:`update`.
-            ValueError: if ``query`` is not ``[Q, D]`` floating point, has NaN or infinite
-                entries, or ``num_samples < 1``.
-        """
-        check_num_samples(num_samples)
-        query = self._checked_query(query)
         keys, starts, sizes = self._query_buckets(query)
         shape = (query.shape[0], num_samples)
         tables = random_int62(shape, query.device, generator).remainder_(self.num_tables)
@@ -167,23 +144,7 @@ class LSHSampler(Sampler, IndexModule):
         ids = torch.where(in_bucket, bucket_ids, words.remainder(self.num_items).add_(1))
         return ids, self._log_q(keys, ids, sizes)
 
-    @torch.no_grad()
-    def log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
-        """Exact normalised ``log q(ids | query)``; ``-inf`` for the padding id 0.
-
-        Args:
-            query: ``[Q, D]`` scaled queries.
-            ids: ``[Q, ...]`` integer ids in ``0..N``.
-
-        Returns:
-            float32 tensor with the shape of ``ids``.
-
-        Raises:
-            RuntimeError: before the first :meth:`update`.
-            ValueError: on a malformed or non-finite ``query``, or malformed ``ids``.
-        """
-        query = self._checked_query(query)
-        check_ids(query, ids, self.num_items)
+    def _log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
         flat = ids.reshape(ids.shape[0], -1).long()
         keys, _, sizes = self._query_buckets(query)
         return self._log_q(keys, flat, sizes).view(ids.shape)
@@ -224,8 +185,9 @@ class LSHSampler(Sampler, IndexModule):
             q.add_(member * share)
         return q.log_().masked_fill_(ids == 0, -math.inf)
 
-    def _checked_query(self, query: Tensor) -> Tensor:
-        """``query`` as float32 ``[Q, D]`` (see :func:`checked_index_query`)."""
-        return checked_index_query(
-            query, self.projections.shape[2], self.order.numel() > 0, "LSHSampler has no tables yet"
-        )
+    def _check_ready(self) -> None:
+        if self.order.numel() == 0:
+            raise RuntimeError("LSHSampler has no tables yet: call update(item_emb) first")
+
+    def _query_dim(self) -> int:
+        return self.projections.shape[2]

@@ -35,21 +35,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from recsys_midx.index import IndexModule, make_codebooks
-from recsys_midx.samplers.base import (
-    Sampler,
-    check_ids,
-    check_item_table,
-    check_num_samples,
-    checked_index_query,
-    full_precision,
-)
+from recsys_midx.index import QUANTIZERS, IndexModule, make_codebooks
+from recsys_midx.samplers.base import Sampler, check_item_table, full_precision
 from recsys_midx.samplers.cell_draws import (
     CodePairGrid,
     cell_score_table,
@@ -69,6 +62,15 @@ from recsys_midx.samplers.exact_top import (
 from recsys_midx.samplers.last_stage import ExactStage, LastStage, PopularityStage, UniformStage
 
 log = logging.getLogger(__name__)
+
+#: The last stages by ``last_stage`` name, each built from ``pop_alpha`` and ``pop_smoothing``.
+LAST_STAGES: dict[str, Callable[[float, float], LastStage]] = {
+    "uniform": lambda alpha, smoothing: UniformStage(),
+    "popularity": PopularityStage,
+    "exact": lambda alpha, smoothing: ExactStage(),
+}
+#: The ways of drawing cells (``cell_draw``).
+CELL_DRAWS = ("auto", "table", "two_stage")
 
 
 class MIDXSampler(Sampler, IndexModule):
@@ -101,9 +103,10 @@ class MIDXSampler(Sampler, IndexModule):
         exact_top_codewords: ``t``; when positive, the exact softmax over the items whose codes
             are among each codebook's ``t`` best codewords for the query is mixed into the
             proposal (see :mod:`recsys_midx.samplers.exact_top`). It costs a snapshot of the
-            item table in the state and ``|top cells| * D`` multiply-adds per query. ``None``:
-            sized from ``exact_top_items`` and the catalog
-            (:func:`~recsys_midx.samplers.exact_top.top_codewords_for_budget`).
+            item table in the state and ``|top cells| * D`` multiply-adds per query. ``None``
+            (default): sized from ``exact_top_items`` and the catalog
+            (:func:`~recsys_midx.samplers.exact_top.top_codewords_for_budget`), none for
+            catalogs of at most ``2 * exact_top_items`` items; ``0``: none.
         exact_top_items: with ``exact_top_codewords=None``, the items to score exactly per query
             on average; ``t`` is the largest that keeps ``t**B * N / K**B`` within it, and
             within ``N / 2 - exact_top_items`` on small catalogs.
@@ -113,10 +116,9 @@ class MIDXSampler(Sampler, IndexModule):
             ``12 * Q * M`` bytes of output; the exact stage further caps ``rows x N``.
 
     Raises:
-        ValueError: for an unknown ``quantizer``, ``last_stage`` or ``cell_draw``, ``K > N``, a
-            size below 1, ``K**B`` beyond 2**62 (cell keys are int64), a non-finite
-            ``pop_alpha``, a negative ``pop_smoothing``, ``exact_top_codewords`` or
-            ``exact_top_items``, or an ``exact_top_weight`` outside ``(0, 1)``.
+        ValueError: for a setting outside :attr:`choices` or below :attr:`minimums`, ``K > N``,
+            ``K**B`` beyond 2**62 (cell keys are int64), a non-finite ``pop_alpha``, a negative
+            ``pop_smoothing``, or an ``exact_top_weight`` outside ``(0, 1)``.
 
     Example:
         >>> sampler = MIDXSampler(num_items=1000, num_negatives=10, num_codewords=16)
@@ -125,6 +127,22 @@ class MIDXSampler(Sampler, IndexModule):
         >>> ids.shape, log_q.dtype
         (torch.Size([4, 10]), torch.float32)
     """
+
+    family = "midx"
+    colour = "C3"
+    choices = {
+        "quantizer": tuple(QUANTIZERS),
+        "last_stage": tuple(LAST_STAGES),
+        "cell_draw": CELL_DRAWS,
+    }
+    minimums = {
+        # One codeword puts every item in one cell: the uniform sampler.
+        "num_codewords": 2,
+        "num_codebooks": 1,
+        "query_chunk_size": 1,
+        "exact_top_codewords": 0,
+        "exact_top_items": 0,
+    }
 
     def __init__(
         self,
@@ -140,37 +158,24 @@ class MIDXSampler(Sampler, IndexModule):
         warm_start_iters: int = 5,
         seed: int = 0,
         cell_draw: str = "auto",
-        exact_top_codewords: int | None = 0,
+        exact_top_codewords: int | None = None,
         exact_top_weight: float = 0.5,
         exact_top_items: int = 900,
         query_chunk_size: int = 1024,
     ) -> None:
         super().__init__(num_items, num_negatives)
+        self.check_settings(locals())  # every argument against the declared choices and minimums
         if num_codewords > num_items:
             raise ValueError(
                 f"num_codewords={num_codewords} exceeds the number of items {num_items}: "
                 f"k-means cannot place more codewords than there are items"
-            )
-        if num_codewords < 1 or num_codebooks < 1 or query_chunk_size < 1:
-            raise ValueError(
-                "num_codewords, num_codebooks and query_chunk_size must be >= 1, got "
-                f"{num_codewords}, {num_codebooks}, {query_chunk_size}"
             )
         if num_codebooks * math.log2(max(num_codewords, 2)) > 62:
             raise ValueError(
                 f"num_codewords**num_codebooks = {num_codewords}**{num_codebooks} cells do not "
                 f"fit int64 cell keys"
             )
-        stages: dict[str, Callable[[], LastStage]] = {
-            "uniform": UniformStage,
-            "popularity": lambda: PopularityStage(pop_alpha, pop_smoothing),
-            "exact": ExactStage,
-        }
-        if cell_draw not in ("auto", "table", "two_stage"):
-            raise ValueError(f"cell_draw must be 'auto', 'table' or 'two_stage', got {cell_draw!r}")
         self.cell_draw = cell_draw
-        if last_stage not in stages:
-            raise ValueError(f"last_stage must be one of {sorted(stages)}, got {last_stage!r}")
         self.last_stage = last_stage
         self.query_chunk_size = int(query_chunk_size)
         self.codebooks = make_codebooks(
@@ -181,9 +186,7 @@ class MIDXSampler(Sampler, IndexModule):
             warm_start_iters=warm_start_iters,
             seed=seed,
         )
-        self.stage: LastStage = stages[last_stage]()
-        if exact_top_items < 0:
-            raise ValueError(f"exact_top_items must be >= 0, got {exact_top_items}")
+        self.stage: LastStage = LAST_STAGES[last_stage](pop_alpha, pop_smoothing)
         if exact_top_codewords is None:
             exact_top_codewords = top_codewords_for_budget(
                 exact_top_items, num_items, num_codewords, num_codebooks
@@ -199,8 +202,6 @@ class MIDXSampler(Sampler, IndexModule):
                 num_codebooks,
                 num_items,
             )
-        if exact_top_codewords < 0:
-            raise ValueError(f"exact_top_codewords must be >= 0, got {exact_top_codewords}")
         #: ``t`` as used (sized or given); 0 without exact top cells.
         self.exact_top_codewords = int(exact_top_codewords)
         self.exact_top = (
@@ -214,6 +215,54 @@ class MIDXSampler(Sampler, IndexModule):
         self.register_buffer("cell_offsets", torch.empty(0, dtype=torch.long))
         #: ``[C, B]`` codes of the cells in the table (all ``K**B`` cells when dense).
         self.register_buffer("cell_codes", torch.empty(0, num_codebooks, dtype=torch.long))
+
+    @classmethod
+    def settings_for(cls, num_items: int) -> dict[str, Any]:
+        """The base's, and ``num_codewords`` below the default when the default's cells
+        outnumber the items: the largest power of two ``K`` with ``K**B <= N`` (``B`` the
+        default codebooks).
+
+        Example:
+            >>> MIDXSampler.settings_for(80)
+            {'num_negatives': 20, 'num_codewords': 8}
+        """
+        settings = super().settings_for(num_items)
+        defaults = cls.defaults()
+        codewords = cls.minimums["num_codewords"]
+        while (2 * codewords) ** defaults["num_codebooks"] <= num_items:
+            codewords *= 2
+        if codewords < defaults["num_codewords"]:
+            settings["num_codewords"] = codewords
+        return settings
+
+    @classmethod
+    def label_parts(
+        cls, settings: Mapping[str, Any], sizing: Mapping[str, Any], every_n_steps: int | None
+    ) -> list[str]:
+        """The quantiser and the last stage, then, where they are not the defaults, the
+        codewords per codebook (``K=256``), the step refresh schedule and the exact top cells as
+        used.
+
+        Example:
+            >>> MIDXSampler.label_parts({"quantizer": "rq", "num_codewords": 256}, {}, 10)
+            ['rq', 'uniform', 'K=256', 'refresh/10 steps']
+        """
+        defaults = cls.defaults()
+        parts = [
+            settings.get("quantizer", defaults["quantizer"]),
+            settings.get("last_stage", defaults["last_stage"]),
+        ]
+        codewords = settings.get("num_codewords", defaults["num_codewords"])
+        if codewords != defaults["num_codewords"]:
+            parts.append(f"K={codewords}")
+        if every_n_steps:
+            parts.append(f"refresh/{every_n_steps} steps")
+        # A run sized from the catalog records what it used; a config without the setting
+        # predates exact top cells.
+        top_codewords = sizing.get("exact_top_codewords", settings.get("exact_top_codewords"))
+        if top_codewords:
+            parts.append(f"exact top {top_codewords}")
+        return parts
 
     @property
     def num_cells(self) -> int:
@@ -250,128 +299,71 @@ class MIDXSampler(Sampler, IndexModule):
         if self.exact_top is not None:
             self.exact_top.rebuild(item_emb, self.order)
 
-    @torch.no_grad()
-    def sample(
-        self, query: Tensor, num_samples: int, *, generator: torch.Generator | None = None
+    def _draw(
+        self, query: Tensor, num_samples: int, generator: torch.Generator | None
     ) -> tuple[Tensor, Tensor]:
-        """Draw ``num_samples`` ids per query (with replacement) from the proposal.
-
-        Args:
-            query: ``[Q, D]`` scaled queries, any float dtype (computed in float32).
-            num_samples: ``M``.
-            generator: random generator for reproducible draws (``None``: the global one).
-
-        Returns:
-            ``ids`` ``[Q, M]`` long in ``1..N`` and their normalised ``log_q`` ``[Q, M]`` float32.
-
-        Raises:
-            RuntimeError: before the first :meth:`update`.
-            ValueError: if ``query`` is not ``[Q, D]`` floating point, has NaN or infinite
-                entries (the message names the rows), or ``num_samples < 1``.
-
-        Example:
-            >>> sampler = MIDXSampler(num_items=500, num_negatives=5, num_codewords=8)
-            >>> sampler.update(torch.randn(501, 16))
-            >>> g = torch.Generator().manual_seed(0)
-            >>> ids, log_q = sampler.sample(torch.randn(3, 16), 5, generator=g)
-            >>> bool((ids >= 1).all())
-            True
-        """
-        check_num_samples(num_samples)
-        query = self._checked_query(query)
         ids = torch.empty(query.shape[0], num_samples, dtype=torch.long, device=query.device)
         log_q = torch.empty(query.shape[0], num_samples, device=query.device)
-        with full_precision(query.device):
-            grid = self._two_stage_grid(num_samples)
-            for rows, z in self._chunks(query):
-                scores = self.codebooks.scores(z)
-                drawn = None
-                if grid is not None:
-                    drawn = draw_cells_in_two_stages(scores, grid, num_samples, generator)
-                if drawn is None:
-                    state, log_z, cells = self._draw_cells_from_table(
-                        z, scores, num_samples, generator
-                    )
-                else:
-                    state, (log_z, cells) = None, drawn
-                positions = self.stage.draw(state, cells, self.cell_offsets, generator)
-                chunk_ids = self.order[positions.clamp_(0, self.num_items - 1)]
-                if self.exact_top is None:
-                    # The drawn items' codes are their cells' codes: a lookup in the small table.
-                    codes = self.cell_codes[cells]
-                    log_q[rows] = self._log_q(scores, state, log_z, chunk_ids, codes)
-                else:
-                    top = self._prepare_exact_top(z, scores)
-                    chunk_ids = self.exact_top.mix_draws(top, chunk_ids, generator)
-                    codes = self.codebooks.codes[chunk_ids - 1]
-                    log_q_rest = self._log_q(scores, state, log_z, chunk_ids, codes)
-                    log_q[rows] = self.exact_top.mix_log_prob(top, chunk_ids, codes, log_q_rest)
-                ids[rows] = chunk_ids
+        grid = self._two_stage_grid(num_samples)
+        for rows, z in self._chunks(query):
+            scores = self.codebooks.scores(z)
+            drawn = None
+            if grid is not None:
+                drawn = draw_cells_in_two_stages(scores, grid, num_samples, generator)
+            if drawn is None:
+                state, log_z, cells = self._draw_cells_from_table(z, scores, num_samples, generator)
+            else:
+                state, (log_z, cells) = None, drawn
+            positions = self.stage.draw(state, cells, self.cell_offsets, generator)
+            chunk_ids = self.order[positions.clamp_(0, self.num_items - 1)]
+            if self.exact_top is None:
+                # The drawn items' codes are their cells' codes: a lookup in the small table.
+                codes = self.cell_codes[cells]
+                log_q[rows] = self._log_q(scores, state, log_z, chunk_ids, codes)
+            else:
+                top = self._prepare_exact_top(z, scores)
+                chunk_ids = self.exact_top.mix_draws(top, chunk_ids, generator)
+                codes = self.codebooks.codes[chunk_ids - 1]
+                log_q_rest = self._log_q(scores, state, log_z, chunk_ids, codes)
+                log_q[rows] = self.exact_top.mix_log_prob(top, chunk_ids, codes, log_q_rest)
+            ids[rows] = chunk_ids
         return ids, log_q
 
-    @torch.no_grad()
-    def log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
-        """Normalised ``log q(ids | query)``; ``-inf`` for the padding id 0.
-
-        Args:
-            query: ``[Q, D]`` scaled queries.
-            ids: ``[Q, ...]`` long ids in ``0..N``.
-
-        Returns:
-            float32 tensor with the shape of ``ids``.
-
-        Raises:
-            RuntimeError: before the first :meth:`update`.
-            ValueError: on a malformed or non-finite ``query``, or ``ids`` that are not
-                integers ``[Q, ...]`` in ``0..N`` on the query's device.
-        """
-        query = self._checked_query(query)
-        check_ids(query, ids, self.num_items)
+    def _log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
         flat = ids.reshape(ids.shape[0], -1).long()
         out = torch.empty(flat.shape, device=query.device)
-        with full_precision(query.device):
-            grid = self._two_stage_grid(0)
-            for rows, z in self._chunks(query):
-                scores, state, log_z = self._log_normaliser(z, grid)
-                chunk_ids = flat[rows]
-                # id 0 has no codes; any row will do, since _log_q masks it.
-                codes = self.codebooks.codes[(chunk_ids - 1).clamp_min(0)]
-                log_q = self._log_q(scores, state, log_z, chunk_ids, codes)
-                if self.exact_top is not None:
-                    top = self._prepare_exact_top(z, scores)
-                    log_q = self.exact_top.mix_log_prob(top, chunk_ids, codes, log_q)
-                out[rows] = log_q
+        grid = self._two_stage_grid(0)
+        for rows, z in self._chunks(query):
+            scores, state, log_z = self._log_normaliser(z, grid)
+            chunk_ids = flat[rows]
+            # id 0 has no codes; any row will do, since _log_q masks it.
+            codes = self.codebooks.codes[(chunk_ids - 1).clamp_min(0)]
+            log_q = self._log_q(scores, state, log_z, chunk_ids, codes)
+            if self.exact_top is not None:
+                top = self._prepare_exact_top(z, scores)
+                log_q = self.exact_top.mix_log_prob(top, chunk_ids, codes, log_q)
+            out[rows] = log_q
         return out.view(ids.shape)
 
-    @torch.no_grad()
-    def catalog_log_prob(self, query: Tensor) -> Tensor:
-        """Normalised ``log q`` of every item ``1..N``, ``[Q, N]`` float32 (memory ``Q*N``).
-
-        Equal to :meth:`log_prob` of all ids, but each codebook's scores are looked up by the
-        items' codes with one ``index_select`` shared by all queries instead of a per-query
-        gather of ``[Q, N, B]`` codes, which it never builds.
-
-        Raises:
-            RuntimeError: before the first :meth:`update`.
-            ValueError: on a malformed or non-finite ``query``.
-        """
-        query = self._checked_query(query)
+    def _catalog_log_prob(self, query: Tensor) -> Tensor:
+        """Each codebook's scores are looked up by the items' codes with one ``index_select``
+        shared by all queries instead of a per-query gather of ``[Q, N, B]`` codes, which it
+        never builds (memory ``Q * N``)."""
         ids = torch.arange(1, self.num_items + 1, device=query.device)
         out = torch.empty(query.shape[0], self.num_items, device=query.device)
-        with full_precision(query.device):
-            grid = self._two_stage_grid(0)
-            for rows, z in self._chunks(query):
-                scores, state, log_z = self._log_normaliser(z, grid)
-                log_q = summed_codeword_scores(
-                    scores, self.codebooks.codes, self.codebooks.num_codewords
+        grid = self._two_stage_grid(0)
+        for rows, z in self._chunks(query):
+            scores, state, log_z = self._log_normaliser(z, grid)
+            log_q = summed_codeword_scores(
+                scores, self.codebooks.codes, self.codebooks.num_codewords
+            )
+            log_q += self.stage.item_log_weight(state, ids.expand(z.shape[0], -1))
+            log_q.sub_(log_z)
+            if self.exact_top is not None:
+                log_q = self.exact_top.mix_catalog_log_prob(
+                    z, scores, self.codebooks.codes, self.codebooks.num_codewords, log_q
                 )
-                log_q += self.stage.item_log_weight(state, ids.expand(z.shape[0], -1))
-                log_q.sub_(log_z)
-                if self.exact_top is not None:
-                    log_q = self.exact_top.mix_catalog_log_prob(
-                        z, scores, self.codebooks.codes, self.codebooks.num_codewords, log_q
-                    )
-                out[rows] = log_q
+            out[rows] = log_q
         return out
 
     def sizing(self) -> dict[str, int]:
@@ -389,11 +381,12 @@ class MIDXSampler(Sampler, IndexModule):
             f"query_chunk_size={self.query_chunk_size}"
         )
 
-    def _checked_query(self, query: Tensor) -> Tensor:
-        """``query`` as float32 ``[Q, D]`` (see :func:`checked_index_query`)."""
-        return checked_index_query(
-            query, self.codebooks.dim, self.cell_offsets.numel() > 0, "MIDXSampler has no index yet"
-        )
+    def _check_ready(self) -> None:
+        if self.cell_offsets.numel() == 0:
+            raise RuntimeError("MIDXSampler has no index yet: call update(item_emb) first")
+
+    def _query_dim(self) -> int:
+        return self.codebooks.dim
 
     def _chunks(self, query: Tensor) -> Iterator[tuple[slice, Tensor]]:
         """Row blocks of the queries, sized to bound the per-chunk tables."""

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .base import Sampler, check_ids, check_num_samples, check_query
+from .base import Sampler
 from .uniform import RANDOM_RANGE, random_int62
 
 _LOG_RANGE = math.log(RANDOM_RANGE)
@@ -45,6 +45,8 @@ class PopularitySampler(Sampler):
         tensor([[0.1250, 0.5000]])
     """
 
+    family = "popularity"
+    colour = "C2"
     query_independent = True
 
     def __init__(
@@ -90,70 +92,27 @@ class PopularitySampler(Sampler):
         self.cum_weights.copy_(_cumulative_widths(weights[1:]))
         self._ready = True
 
-    @torch.no_grad()
-    def sample(
-        self, query: Tensor, num_samples: int, *, generator: torch.Generator | None = None
+    def _draw(
+        self, query: Tensor, num_samples: int, generator: torch.Generator | None
     ) -> tuple[Tensor, Tensor]:
-        """Draw ``num_samples`` ids per query from the popularity distribution, with replacement.
-
-        Args:
-            query: ``[Q, D]`` scaled queries; only their number and device are used.
-            num_samples: ``M``, ids drawn per query.
-            generator: optional random generator on the device of ``query``.
-
-        Returns:
-            ``ids`` ``[Q, M]`` (int64, in ``1..N``) and ``log_q`` ``[Q, M]`` (float32).
-
-        Raises:
-            RuntimeError: if :meth:`update` has not run.
-            ValueError: if ``query`` is not ``[Q, D]`` on the sampler's device or
-                ``num_samples < 1``.
-        """
-        self._check_inputs(query)
-        check_num_samples(num_samples)
         points = random_int62((query.shape[0], num_samples), query.device, generator)
         # The id whose interval [cum[i], cum[i+1]) holds the point. Id 0 has an empty interval at
         # 0, so the search never lands on it; the clamp only guards the contract.
         ids = torch.searchsorted(self.cum_weights, points, right=True).sub_(1)
         ids.clamp_(1, self.num_items)
-        return ids, self._log_prob(ids)
+        return ids, self._log_prob(query, ids)
 
-    @torch.no_grad()
-    def log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
-        """``log q(ids)``; ``-inf`` for padding id ``0``.
-
-        Args:
-            query: ``[Q, D]`` scaled queries.
-            ids: ``[Q, ...]`` integer ids in ``0..N``.
-
-        Returns:
-            float32 tensor shaped like ``ids``.
-
-        Raises:
-            RuntimeError: if :meth:`update` has not run.
-            ValueError: on malformed ``query`` or ``ids``.
-        """
-        self._check_inputs(query)
-        check_ids(query, ids, self.num_items)
-        return self._log_prob(ids.long())
-
-    def _log_prob(self, ids: Tensor) -> Tensor:
+    def _log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
         # index_select on the flattened ids: much faster on CPU than advanced indexing.
-        flat = ids.reshape(-1)
+        flat = ids.reshape(-1).long()
         widths = self.cum_weights.index_select(0, flat + 1) - self.cum_weights.index_select(0, flat)
         return widths.double().log_().sub_(_LOG_RANGE).float().view(ids.shape)
 
-    def _check_inputs(self, query: Tensor) -> None:
+    def _check_ready(self) -> None:
         if not self._ready:
             raise RuntimeError(
                 "PopularitySampler has no distribution yet: "
                 "call update(item_emb, item_counts) first"
-            )
-        check_query(query)
-        if query.device != self.cum_weights.device:
-            raise ValueError(
-                f"query is on {query.device} but the sampler is on {self.cum_weights.device}; "
-                "move the sampler with .to(device)"
             )
 
     def extra_repr(self) -> str:

@@ -28,7 +28,6 @@ import warnings
 import torch
 from torch import Tensor
 
-from recsys_midx.samplers.base import check_ids, full_precision
 from recsys_midx.samplers.candidate_pool import CandidatePoolSampler
 from recsys_midx.samplers.draws import inverse_cdf
 
@@ -61,6 +60,9 @@ class SIRSampler(CandidatePoolSampler):
         >>> ids.shape, log_q.dtype
         (torch.Size([4, 10]), torch.float32)
     """
+
+    family = "sir"
+    colour = "C6"
 
     def __init__(
         self, num_items: int, num_negatives: int = 100, pool_size: int = 200, seed: int = 0
@@ -117,43 +119,19 @@ class SIRSampler(CandidatePoolSampler):
         log_q = scores.gather(1, chosen) - self._log_normaliser(query)
         return candidates.gather(1, chosen), log_q
 
-    @torch.no_grad()
-    def log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
-        """Approximate ``log q(ids | query)``: ``z.v_i - log Ẑ(z)``; ``-inf`` for padding id 0.
-
-        Args:
-            query: ``[Q, D]`` scaled queries.
-            ids: ``[Q, ...]`` integer ids in ``0..N``.
-
-        Returns:
-            float32 tensor with the shape of ``ids``.
-
-        Raises:
-            RuntimeError: before the first :meth:`update`.
-            ValueError: on a malformed or non-finite ``query``, or malformed ``ids``.
-        """
-        query = self.checked_query(query)
-        check_ids(query, ids, self.num_items)
+    def _log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
+        """Approximate ``log q(ids | query)``: ``z.v_i - log Ẑ(z)``; ``-inf`` for padding id 0."""
         flat = ids.reshape(ids.shape[0], -1).long()
         out = torch.empty(flat.shape, device=query.device)
-        with full_precision(query.device):
-            for rows, z in self.chunks(query, flat.shape[1]):
-                scores = self.scores(z, flat[rows].clamp_min(1))
-                out[rows] = scores - self._log_normaliser(z)
+        for rows, z in self.chunks(query, flat.shape[1]):
+            scores = self.scores(z, flat[rows].clamp_min(1))
+            out[rows] = scores - self._log_normaliser(z)
         return out.masked_fill_(flat == 0, -math.inf).view(ids.shape)
 
-    @torch.no_grad()
-    def catalog_log_prob(self, query: Tensor) -> Tensor:
-        """Approximate ``log q`` of every item ``1..N``, ``[Q, N]`` float32: one matrix product
-        instead of :meth:`log_prob`'s per-query gather.
-
-        Raises:
-            RuntimeError: before the first :meth:`update`.
-            ValueError: on a malformed or non-finite ``query``.
-        """
-        query = self.checked_query(query)
-        with full_precision(query.device):
-            return query @ self.items.T - self._log_normaliser(query)
+    def _catalog_log_prob(self, query: Tensor) -> Tensor:
+        """Approximate ``log q`` of every item: one matrix product instead of
+        :meth:`_log_prob`'s per-query gather."""
+        return query @ self.items.T - self._log_normaliser(query)
 
     def _log_normaliser(self, query: Tensor) -> Tensor:
         """``[Qc, 1]`` ``log Ẑ = log(N / L) + logsumexp`` of the reference set's scores."""

@@ -8,7 +8,7 @@ import math
 import torch
 from torch import Tensor
 
-from .base import Sampler, check_ids, check_num_samples, check_query
+from .base import Sampler
 
 #: Random integers are drawn from ``[0, 2**62)``. ``torch.randint`` reduces its random words modulo
 #: the requested range, which biases ranges that do not divide ``2**32`` (or ``2**64``); a
@@ -64,45 +64,16 @@ class UniformSampler(Sampler):
         (torch.Size([8, 20]), True)
     """
 
+    family = "uniform"
+    colour = "C1"
     query_independent = True
 
-    @torch.no_grad()
-    def sample(
-        self, query: Tensor, num_samples: int, *, generator: torch.Generator | None = None
+    def _draw(
+        self, query: Tensor, num_samples: int, generator: torch.Generator | None
     ) -> tuple[Tensor, Tensor]:
-        """Draw ``num_samples`` ids per query uniformly from ``1..N``, with replacement.
-
-        Args:
-            query: ``[Q, D]`` scaled queries; only their number and device are used.
-            num_samples: ``M``, ids drawn per query.
-            generator: optional random generator on the device of ``query``.
-
-        Returns:
-            ``ids`` ``[Q, M]`` (int64, in ``1..N``) and ``log_q`` ``[Q, M]`` (float32, ``-log N``).
-
-        Raises:
-            ValueError: if ``query`` is not ``[Q, D]`` or ``num_samples < 1``.
-        """
-        check_query(query)
-        check_num_samples(num_samples)
         words = random_int62((query.shape[0], num_samples), query.device, generator)
         ids = words.remainder_(self.num_items).add_(1)
         return ids, uniform_log_prob(ids, self.num_items)
 
-    @torch.no_grad()
-    def log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
-        """``log q(ids)``: ``-log N`` for ids in ``1..N``, ``-inf`` for padding id ``0``.
-
-        Args:
-            query: ``[Q, D]`` scaled queries.
-            ids: ``[Q, ...]`` integer ids in ``0..N``.
-
-        Returns:
-            float32 tensor shaped like ``ids``.
-
-        Raises:
-            ValueError: on malformed ``query`` or ``ids`` (see :func:`check_ids`).
-        """
-        check_query(query)
-        check_ids(query, ids, self.num_items)
+    def _log_prob(self, query: Tensor, ids: Tensor) -> Tensor:
         return uniform_log_prob(ids, self.num_items)

@@ -1,0 +1,113 @@
+"""What the samplers declare about themselves, and the configs that repeat it."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CONF_DIR
+from omegaconf import OmegaConf
+
+from recsys_midx.samplers import Sampler, sampler_class, sampler_classes
+
+SAMPLER_CONFIGS = sorted((CONF_DIR / "sampler").glob("*.yaml"))
+
+#: Config values that differ from their constructor's default on purpose, with the reason.
+JUSTIFIED = {
+    ("lsh", "seed"): "${seed}: the run's seed",
+    ("midx", "seed"): "${seed}: the run's seed",
+    ("sir", "seed"): "${seed}: the run's seed",
+}
+
+
+def _raw(path: Path) -> dict[str, Any]:
+    """A sampler config as written, interpolations unresolved."""
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+
+
+def _target_class(path: Path) -> type[Sampler]:
+    """The class a sampler config builds, following a variant's ``defaults`` to its base."""
+    raw = _raw(path)
+    while "_target_" not in raw:
+        (base,) = raw["defaults"]
+        raw = _raw(path.with_name(f"{base}.yaml"))
+    cls = sampler_class(raw["_target_"])
+    assert cls is not None, f"{path.name}: {raw['_target_']} is not a sampler of the package"
+    return cls
+
+
+def _quietly(cls: type[Sampler], **settings: Any) -> Sampler:
+    """``cls(200, 1, **settings)`` without the approximate-log-q warnings of SIR and DNS."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(200, 1, **settings)
+
+
+@pytest.mark.parametrize("path", SAMPLER_CONFIGS, ids=lambda path: path.stem)
+def test_every_sampler_config_repeats_its_constructors_defaults(path: Path) -> None:
+    raw = _raw(path)
+    defaults = _target_class(path).defaults()
+    settings = {key: value for key, value in raw.items() if key not in ("_target_", "defaults")}
+    assert set(settings) <= set(defaults), f"{path.name} sets what the constructor does not take"
+    if "_target_" not in raw:
+        return  # a variant: the settings it changes are its point
+    assert set(settings) == set(defaults), f"{path.name} leaves settings out of the run's config"
+    for key, value in settings.items():
+        if (path.stem, key) in JUSTIFIED:
+            assert value != defaults[key], f"{path.stem}.{key} agrees now: drop it from JUSTIFIED"
+        else:
+            assert value == defaults[key], (
+                f"{path.name}: {key}={value!r}, but {_target_class(path).__name__} defaults to "
+                f"{defaults[key]!r}"
+            )
+
+
+def test_every_justified_difference_names_a_config_setting() -> None:
+    names = {path.stem: _raw(path) for path in SAMPLER_CONFIGS}
+    for config, key in JUSTIFIED:
+        assert key in names[config], (config, key)
+
+
+def test_every_sampler_declares_a_family_and_colour_of_its_own() -> None:
+    classes = sampler_classes()
+    families = [cls.family for cls in classes]
+    colours = [cls.colour for cls in classes]
+    assert len(set(families)) == len(families) and len(set(colours)) == len(colours)
+    # Each family has a config of its name, the name summaries give its runs.
+    assert set(families) <= {path.stem for path in SAMPLER_CONFIGS}
+
+
+@pytest.mark.parametrize("cls", sampler_classes(), ids=lambda cls: cls.__name__)
+def test_declared_choices_and_minimums_are_what_the_constructor_accepts(cls) -> None:
+    for name, choices in cls.choices.items():
+        for choice in choices:
+            _quietly(cls, **{name: choice})
+        with pytest.raises(ValueError, match=f"^{name}=none_of_these: choose one of "):
+            _quietly(cls, **{name: "none_of_these"})
+    for name, lowest in cls.minimums.items():
+        _quietly(cls, **{name: lowest})
+        with pytest.raises(ValueError, match=f"^{name}={lowest - 1}: it must be >= {lowest}$"):
+            _quietly(cls, **{name: lowest - 1})
+
+
+@pytest.mark.parametrize("cls", sampler_classes(), ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("num_items", [5, 80, 100_000])
+def test_settings_for_a_catalog_build_a_sampler_of_it(cls, num_items) -> None:
+    settings = cls.settings_for(num_items)
+    assert set(settings) <= set(cls.defaults())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cls(num_items, **settings)
+    if num_items == 100_000:
+        assert settings == {}, "the defaults suit a large catalog"
+
+
+def test_small_catalogs_draw_fewer_negatives_from_fewer_cells() -> None:
+    from recsys_midx.samplers import FullSampler, MIDXSampler, UniformSampler
+
+    assert UniformSampler.settings_for(80) == {"num_negatives": 20}
+    assert MIDXSampler.settings_for(80) == {"num_negatives": 20, "num_codewords": 8}
+    assert MIDXSampler.settings_for(1000) == {"num_codewords": 16}
+    assert FullSampler.settings_for(80) == {}
