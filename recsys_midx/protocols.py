@@ -68,13 +68,13 @@ class NegativeSampler(RefreshableIndex, Protocol):
             that the objective should count the positive exactly (MIDX with exact top cells);
             an objective not told how to count it follows this.
         num_items: ``N``.
-        num_negatives: ``M``, negatives the objective draws per query.
+        num_negatives: ``M``, negatives :meth:`sample` draws per query unless told otherwise.
 
     Example:
         >>> from recsys_midx.samplers import UniformSampler
         >>> sampler: NegativeSampler = UniformSampler(100, num_negatives=5)
         >>> sampler.observe_targets(torch.tensor([3, 7]))
-        >>> ids, log_q = sampler.sample(torch.randn(2, 8), 5)
+        >>> ids, log_q = sampler.sample(torch.randn(2, 8))
         >>> ids.shape, torch.allclose(log_q.exp(), torch.full((2, 5), 0.01))
         (torch.Size([2, 5]), True)
     """
@@ -90,13 +90,17 @@ class NegativeSampler(RefreshableIndex, Protocol):
         proposals built from the batch (in-batch negatives) use them, the others ignore them."""
 
     def sample(
-        self, query: Tensor, num_samples: int, *, generator: torch.Generator | None = None
+        self,
+        query: Tensor,
+        num_samples: int | None = None,
+        *,
+        generator: torch.Generator | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Draw ``num_samples`` ids per query, with replacement.
 
         Args:
             query: ``[Q, D]`` scaled queries.
-            num_samples: ``M``.
+            num_samples: ``M``; ``None``: :attr:`num_negatives`.
             generator: random generator for reproducible draws (``None``: the global one).
 
         Returns:

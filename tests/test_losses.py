@@ -203,7 +203,9 @@ class _RecordingSampler(UniformSampler):
         super().__init__(NUM_ITEMS, num_negatives=10)
         self.seen: list[Tensor] = []
 
-    def sample(self, query: Tensor, num_samples: int, **kwargs) -> tuple[Tensor, Tensor]:
+    def sample(
+        self, query: Tensor, num_samples: int | None = None, **kwargs
+    ) -> tuple[Tensor, Tensor]:
         self.seen.append(query)
         return super().sample(query, num_samples, **kwargs)
 

@@ -193,7 +193,9 @@ class _RecordingUniform(UniformSampler):
     def observe_targets(self, targets: Tensor) -> None:
         self.targets.append(targets)
 
-    def sample(self, query: Tensor, num_samples: int, **kwargs) -> tuple[Tensor, Tensor]:
+    def sample(
+        self, query: Tensor, num_samples: int | None = None, **kwargs
+    ) -> tuple[Tensor, Tensor]:
         self.queries.append(query)
         return super().sample(query, num_samples, **kwargs)
 

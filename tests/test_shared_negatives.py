@@ -179,7 +179,9 @@ class _RecordingUniform(UniformSampler):
         super().__init__(NUM_ITEMS, NUM_NEGATIVES)
         self.rows: list[int] = []
 
-    def sample(self, query: Tensor, num_samples: int, *, generator=None) -> tuple[Tensor, Tensor]:
+    def sample(
+        self, query: Tensor, num_samples: int | None = None, *, generator=None
+    ) -> tuple[Tensor, Tensor]:
         self.rows.append(len(query))
         return super().sample(query, num_samples, generator=generator)
 

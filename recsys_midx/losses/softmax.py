@@ -68,7 +68,7 @@ def exact_positive_log_q(positives: Tensor, num_drawn: int) -> Tensor:
 def draw_negatives(
     sampler: Sampler, query: Tensor, positives: Tensor, exact_positives: bool = False
 ) -> Negatives:
-    """Draw ``sampler.num_negatives`` negatives per query and score the positives under ``q``.
+    """Draw the sampler's negatives per query and score the positives under ``q``.
 
     The sampler sees the scaled query detached and in float32, whatever the model's precision,
     so that its proposal approximates the very softmax being trained. It first observes the
@@ -95,7 +95,7 @@ def draw_negatives(
     # Only padded positives need filtering; a [Q] target vector is passed as is, without the
     # host synchronisation of a boolean mask.
     sampler.observe_targets(positives if positives.dim() == 1 else positives[positives > 0])
-    ids, log_q = sampler.sample(proposal_query, sampler.num_negatives)
+    ids, log_q = sampler.sample(proposal_query)
     if exact_positives:
         return Negatives(ids, log_q, exact_positive_log_q(positives, ids.shape[1]))
     as_rows = positives.reshape(positives.shape[0], -1)
@@ -230,12 +230,14 @@ def draw_shared_negatives(
     """
     flat = queries.detach().float().reshape(-1, queries.shape[-1])
     sampler.observe_targets(positives if positives.dim() == 1 else positives[positives > 0])
-    num_drawn = sampler.num_negatives
     if sampler.query_independent:
-        ids = sampler.sample(flat[:1], num_drawn, generator=generator)[0][0]
+        ids = sampler.sample(flat[:1], generator=generator)[0][0]
     else:
-        chosen = torch.randint(len(flat), (num_drawn,), device=flat.device, generator=generator)
+        chosen = torch.randint(
+            len(flat), (sampler.num_negatives,), device=flat.device, generator=generator
+        )
         ids = sampler.sample(flat[chosen], 1, generator=generator)[0][:, 0]
+    num_drawn = len(ids)
     if exact_positives:
         log_q = _batch_mixture_log_q(sampler, flat, ids)
         return Negatives(ids, log_q, exact_positive_log_q(positives, num_drawn))
