@@ -47,6 +47,11 @@ from recsys_midx.errors import ConfigError
         (["sampler.num_negatives=0"], r"sampler\.num_negatives=0: draw at least 1 negative"),
         (["sampler.num_codewords=1"], r"sampler\.num_codewords=1: it must be >= 2"),
         (["sampler.quantizer=opq"], r"sampler\.quantizer=opq: choose one of pq, rq"),
+        (
+            ["sampler.cell_draw=gumbel"],
+            r"sampler\.cell_draw=gumbel: choose one of auto, table, two_stage$",
+        ),
+        (["sampler=lsh", "sampler.num_tables=0"], r"sampler\.num_tables=0: it must be >= 1$"),
         (["dataset=custom"], r"dataset\.path must be set"),
         (
             ["optimized_metric=val/p@1"],
@@ -66,6 +71,8 @@ from recsys_midx.errors import ConfigError
         "no-negatives",
         "one-codeword",
         "quantizer",
+        "cell-draw",
+        "lsh-tables",
         "required-path",
         "optimized-metric",
         "resume-path",

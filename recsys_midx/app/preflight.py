@@ -28,13 +28,7 @@ from recsys_midx.lit.checkpointing import RESUME_AUTO
 from recsys_midx.lit.xc import XCModule
 from recsys_midx.metrics.ranking import metric_names
 from recsys_midx.metrics.xc import xc_metric_names
-
-#: Valid values of the MIDX sampler's enumerated settings (``recsys_midx.samplers.MIDXSampler``).
-MIDX_CHOICES: dict[str, tuple[str, ...]] = {
-    "quantizer": ("pq", "rq"),
-    "last_stage": ("uniform", "popularity", "exact"),
-    "cell_draw": ("auto", "table", "two_stage"),
-}
+from recsys_midx.samplers import Sampler
 
 
 def check(cfg: DictConfig) -> None:
@@ -158,21 +152,20 @@ def check_epochs(cfg: DictConfig) -> None:
 
 
 def check_sampler(cfg: DictConfig) -> None:
-    """Sampler sizes that are wrong for any catalog, MIDX's enumerated settings, and product
-    quantisation's split of ``model.dim`` into ``sampler.num_codebooks`` equal parts."""
+    """Sampler sizes that are wrong for any catalog, the settings the sampler declares
+    (:attr:`~recsys_midx.samplers.Sampler.choices` and
+    :attr:`~recsys_midx.samplers.Sampler.minimums`), and product quantisation's split of
+    ``model.dim`` into ``sampler.num_codebooks`` equal parts."""
     sampler = cfg.sampler
     negatives = sampler.get("num_negatives")
     if negatives is not None and negatives < 1:
         raise ConfigError(f"sampler.num_negatives={negatives}: draw at least 1 negative")
-    minimum = {"num_codewords": 2, "num_codebooks": 1, "query_chunk_size": 1}
-    for name, lowest in minimum.items():
-        value = sampler.get(name)
-        if value is not None and value < lowest:
-            raise ConfigError(f"sampler.{name}={value}: it must be >= {lowest}")
-    for name, choices in MIDX_CHOICES.items():
-        value = sampler.get(name)
-        if value is not None and value not in choices:
-            raise ConfigError(f"sampler.{name}={value}: choose one of {', '.join(choices)}")
+    sampler_type = get_class(sampler._target_)
+    if issubclass(sampler_type, Sampler):
+        try:
+            sampler_type.check_settings(sampler)
+        except ValueError as error:  # "NAME=VALUE: ...", the setting as the command line has it
+            raise ConfigError(f"sampler.{error}") from None
     books, dim = sampler.get("num_codebooks"), cfg.model.get("dim")
     if sampler.get("quantizer") == "pq" and books and dim and dim % books:
         raise ConfigError(
