@@ -264,6 +264,22 @@ def test_a_setting_already_named_by_the_row_adds_no_label(tmp_path: Path) -> Non
     assert set(runs["settings"]) == {""}
 
 
+def test_runs_carry_the_family_and_colour_their_sampler_declares(tmp_path: Path) -> None:
+    from recsys_midx.samplers import FullSampler, UniformSampler
+
+    summarize = _summarize_module()
+    runs = summarize.load_runs([_write_two_samplers(tmp_path)]).set_index("sampler")
+    for kind in (FullSampler, UniformSampler):
+        assert tuple(runs.loc[kind.family, ["family", "colour"]]) == (kind.family, kind.colour)
+    softmax = {"_target_": "recsys_midx.losses.SoftmaxLoss"}
+    midx = {"_target_": "recsys_midx.samplers.MIDXSampler", "quantizer": "rq"}
+    assert summarize._sampler_name(midx, softmax) == "midx[rq,uniform]"
+    # A sampler from outside the package is named by its class.
+    assert summarize._sampler_name({"_target_": "my_package.WeightedSampler"}, softmax) == (
+        "weighted"
+    )
+
+
 def _write_two_samplers(tmp_path: Path) -> Path:
     for job, (sampler, seed) in enumerate([("full", 0), ("uniform", 0)]):
         _write_run(tmp_path / "multirun" / str(job), sampler, seed)

@@ -27,6 +27,7 @@ from recsys_midx.reports.summary_plots import epoch_rows, plot_all, with_labels
 from recsys_midx.reports.sweeps import varying_settings
 from recsys_midx.reports.time_to_quality import time_to_quality
 from recsys_midx.reports.time_to_quality import to_markdown as time_to_quality_markdown
+from recsys_midx.samplers import sampler_class
 
 #: Table columns per task, keyed by the validation metric the task monitors (``task.monitor``):
 #: that metric on the test split first, then its companions, then the metric itself.
@@ -39,6 +40,8 @@ DEFAULT_MONITOR = "val/ndcg@10"
 #: Readable names of a run's setup; ``settings`` adds whatever else tells two groups apart.
 NAMED = ["dataset", "model", "head", "sampler", "negatives"]
 GROUP = [*NAMED, "settings"]
+#: The plot colour of a sampler from outside the package, which no family of the package takes.
+OTHER_COLOUR = "C9"
 
 
 def load_runs(folders: list[Path]) -> pd.DataFrame:
@@ -56,6 +59,7 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
             configs.append(config)
             output_dirs.append(result.get("output_dir", str(path.parent)))
             sampler = config["sampler"]
+            kind = sampler_class(sampler["_target_"])
             monitor = config.get("task", {}).get("monitor", DEFAULT_MONITOR)
             rows.append(
                 {
@@ -65,9 +69,11 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
                     "sampler": _sampler_name(
                         sampler, config.get("loss", {}), config.get("callbacks") or {}, result
                     ),
-                    "negatives": sampler.get("num_negatives")
-                    if "Full" not in sampler["_target_"]
-                    else None,
+                    "negatives": None
+                    if kind is not None and kind.exhaustive
+                    else sampler.get("num_negatives"),
+                    "family": _family(sampler["_target_"]),
+                    "colour": OTHER_COLOUR if kind is None else kind.colour,
                     "seed": config["seed"],
                     "monitor": monitor,
                     "test quality": result["metrics"].get(f"test/{monitor.removeprefix('val/')}"),
@@ -126,34 +132,38 @@ def _head_name(config: dict) -> str:
 def _sampler_name(
     sampler: dict, loss: dict, callbacks: dict | None = None, result: dict | None = None
 ) -> str:
-    """Readable sampler name: the class, with MIDX's quantiser and last stage, and its codewords
-    per codebook, step refresh schedule and exact top cells where they differ from the defaults
-    (64, none, none); "exact positives" when a sampled softmax counts the positive exactly and
-    "shared" when the batch shares its negatives. Settings sized from the catalog are read
-    from the run's ``result`` (``sampler.sizing``, ``exact_positives``)."""
+    """Readable sampler name: its family, with the variant the sampler names
+    (:meth:`~recsys_midx.samplers.Sampler.label_parts`: MIDX's quantiser and last stage, and
+    its codewords, step refresh schedule and exact top cells where they are not the defaults);
+    "exact positives" when a sampled softmax counts the positive exactly and "shared" when the
+    batch shares its negatives. Settings sized from the catalog are read from the run's
+    ``result`` (``sampler.sizing``, ``exact_positives``)."""
     result = result or {}
     sizing = (result.get("sampler") or {}).get("sizing") or {}
-    name = sampler["_target_"].rsplit(".", 1)[-1].removesuffix("Sampler").lower()
-    if name == "full":
+    name = _family(sampler["_target_"])
+    kind = sampler_class(sampler["_target_"])
+    if kind is not None and kind.exhaustive:
         return name
-    if name == "midx":
-        parts = [sampler.get("quantizer", "pq"), sampler.get("last_stage", "uniform")]
-        if sampler.get("num_codewords", 64) != 64:
-            parts.append(f"K={sampler['num_codewords']}")
-        # The schedule is the refresh callback's (older runs kept it in the sampler).
-        refresh = (callbacks or {}).get("sampler_refresh") or {}
-        every_n_steps = refresh.get("every_n_steps") or sampler.get("refresh_every_n_steps")
-        if every_n_steps:
-            parts.append(f"refresh/{every_n_steps} steps")
-        top_codewords = sizing.get("exact_top_codewords", sampler.get("exact_top_codewords"))
-        if top_codewords:
-            parts.append(f"exact top {top_codewords}")
-        name = f"midx[{','.join(parts)}]"
+    # The schedule is the refresh callback's (older runs kept it in the sampler).
+    refresh = (callbacks or {}).get("sampler_refresh") or {}
+    every_n_steps = refresh.get("every_n_steps") or sampler.get("refresh_every_n_steps")
+    parts = [] if kind is None else kind.label_parts(sampler, sizing, every_n_steps)
+    if parts:
+        name = f"{name}[{','.join(parts)}]"
     sampled_softmax = loss.get("_target_", "").endswith("SoftmaxLoss")
     if sampled_softmax and loss.get("shared_negatives"):
         name = f"{name}, shared"
     exact_positives = result.get("exact_positives", loss.get("exact_positives"))
     return f"{name}, exact positives" if sampled_softmax and exact_positives else name
+
+
+def _family(target: str) -> str:
+    """The family the sampler of ``target`` declares; a sampler from outside the package is
+    named by its class (``MySampler`` is ``my``)."""
+    kind = sampler_class(target)
+    if kind is None:
+        return target.rsplit(".", 1)[-1].removesuffix("Sampler").lower()
+    return kind.family
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:

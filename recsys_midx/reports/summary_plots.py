@@ -9,8 +9,9 @@ classification):
   one-standard-deviation bar;
 * ``val_quality_vs_time.png``: the validation metric of every run against the cumulative
   wall-clock seconds of its epochs (training plus validation, from ``epochs.csv``, on a log
-  scale), one colour per sampler, with lines at :data:`FRACTIONS` of the exact softmax's best
-  (:func:`exact_best`) when the panel has it, and then from :data:`BELOW_EXACT` of it up;
+  scale), one colour per sampler family, with lines at :data:`FRACTIONS` of the exact
+  softmax's best (:func:`exact_best`) when the panel has it, and then from :data:`BELOW_EXACT`
+  of it up;
 * ``epoch_time.png``: training and validation seconds per epoch per sampler (stacked bars of the
   means over seeds, with a standard-deviation bar on the total).
 
@@ -24,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,7 +52,8 @@ def plot_all(runs: pd.DataFrame, epochs: pd.DataFrame, out_dir: Path) -> dict[st
     Args:
         runs: one row per run, as returned by ``summarize.load_runs``, labelled by
             :func:`with_labels` (columns ``dataset``, ``model``, ``sampler``, ``label``,
-            ``seed``, ``monitor``, ``test quality``, ``path``...).
+            ``family`` and ``colour`` of the sampler, ``seed``, ``monitor``, ``test quality``,
+            ``path``...).
         epochs: the runs' per-epoch rows, :func:`epoch_rows` of ``runs``.
         out_dir: an existing folder.
 
@@ -135,9 +136,9 @@ def exact_best(
 
 
 def epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every run's ``epochs.csv`` rows with its panel keys, sampler, label, seed, monitored
-    metric (``monitor``) and its value (``quality``), and cumulative seconds (``elapsed``:
-    training plus validation).
+    """Every run's ``epochs.csv`` rows with its panel keys, sampler (name, family and colour),
+    label, seed, monitored metric (``monitor``) and its value (``quality``), and cumulative
+    seconds (``elapsed``: training plus validation).
 
     A run without ``epochs.csv`` contributes nothing (its results still enter the table).
 
@@ -153,12 +154,14 @@ def epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
         epochs = pd.read_csv(path)
         epochs["elapsed"] = (epochs["train_seconds"] + epochs["val_seconds"]).cumsum()
         epochs["quality"] = epochs[run["monitor"]]
-        for key in [*PANEL, "sampler", "label", "seed", "path", "monitor"]:
+        for key in [*PANEL, "sampler", "family", "colour", "label", "seed", "path", "monitor"]:
             epochs[key] = run[key]
         frames.append(epochs)
     columns = [
         *PANEL,
         "sampler",
+        "family",
+        "colour",
         "label",
         "seed",
         "path",
@@ -222,7 +225,7 @@ def _test_bars(ax: Axes, runs: pd.DataFrame) -> None:
         stats["mean"],
         yerr=stats["std"].fillna(0.0),
         capsize=4,
-        color=[_colour(label) for label in stats.index],
+        color=[_colours(runs)[label] for label in stats.index],
     )
     for x, (_, row) in enumerate(stats.iterrows()):
         ax.annotate(
@@ -240,7 +243,7 @@ def _test_bars(ax: Axes, runs: pd.DataFrame) -> None:
 
 
 def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
-    styles = _variant_styles(sorted(epochs["label"].unique()))
+    styles, colours = _variant_styles(epochs), _colours(epochs)
     seen: set[str] = set()
     for (label, _), run in epochs.groupby(["label", "path"], sort=True):
         linestyle, marker = styles[label]
@@ -250,7 +253,7 @@ def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
             marker=marker,
             markersize=3,
             linestyle=linestyle,
-            color=_colour(label),
+            color=colours[label],
             label=None if label in seen else label,
         )
         seen.add(label)
@@ -291,7 +294,10 @@ def _epoch_bars(ax: Axes, epochs: pd.DataFrame) -> None:
     labels = list(stats.index)
     train, val = stats[("train_seconds", "mean")], stats[("val_seconds", "mean")]
     ax.bar(
-        labels, train, color=[_colour(label) for label in labels], label="training (sampler colour)"
+        labels,
+        train,
+        color=[_colours(epochs)[label] for label in labels],
+        label="training (sampler colour)",
     )
     ax.bar(
         labels,
@@ -324,31 +330,16 @@ def _slant_labels(ax: Axes) -> None:
         label.set(rotation=35, ha="right", rotation_mode="anchor")
 
 
-def _colour(label: str) -> str:
-    """A stable colour per sampler family, so the three plots agree (``midx[pq,uniform] (M=32),
-    plif`` is a ``midx``)."""
-    palette = {
-        "full": "C0",
-        "uniform": "C1",
-        "popularity": "C2",
-        "midx": "C3",
-        "inbatch": "C4",
-        "kernel": "C5",
-        "sir": "C6",
-        "dns": "C7",
-        "lsh": "C8",
-    }
-    return palette.get(_family(label), "C9")
+def _colours(frame: pd.DataFrame) -> dict[str, str]:
+    """Each label's colour, its sampler family's (the ``colour`` column), so the three plots
+    agree."""
+    return dict(zip(frame["label"], frame["colour"], strict=True))
 
 
-def _family(label: str) -> str:
-    return re.split(r"[\[ ,(]", label, maxsplit=1)[0]
-
-
-def _variant_styles(labels: list[str]) -> dict[str, tuple[str, str]]:
-    """Line style and marker per label: the variants of one family share its colour, so the
-    curves tell them apart by style (first variant solid with dots, then dashed, dotted...; the
-    ninth repeats the first)."""
+def _variant_styles(frame: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """Line style and marker per label: the variants of one family (the ``family`` column)
+    share its colour, so the curves tell them apart by style (first variant in label order
+    solid with dots, then dashed, dotted...; the ninth repeats the first)."""
     styles = [
         ("-", "o"),
         ("--", "s"),
@@ -359,10 +350,11 @@ def _variant_styles(labels: list[str]) -> dict[str, tuple[str, str]]:
         (":", "x"),
         ("-.", "*"),
     ]
+    families = dict(zip(frame["label"], frame["family"], strict=True))
     seen_in_family: dict[str, int] = {}
     out = {}
-    for label in labels:
-        index = seen_in_family.get(_family(label), 0)
-        seen_in_family[_family(label)] = index + 1
+    for label in sorted(families):
+        index = seen_in_family.get(families[label], 0)
+        seen_in_family[families[label]] = index + 1
         out[label] = styles[index % len(styles)]
     return out
