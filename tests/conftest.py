@@ -10,15 +10,20 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+
+from recsys_midx.samplers import Sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = ROOT / "recsys_midx" / "conf"
 
+#: Items (or labels) of the tiny runs' catalogs, at most.
+TINY_CATALOG = 80
 #: Overrides that make a whole train + test run take a few seconds.
 TINY_RUN = (
     "dataset.num_users=120",
-    "dataset.num_items=80",
+    f"dataset.num_items={TINY_CATALOG}",
     "model.dim=16",
     "model.max_len=12",
     "trainer.max_epochs=2",
@@ -59,12 +64,20 @@ def run_train(
     )
 
 
-def sampler_overrides(sampler: str) -> list[str]:
-    """Select ``sampler`` sized for the tiny catalog (< 80 items): 20 negatives, 8 codewords."""
-    overrides = [f"sampler={sampler}", "sampler.num_negatives=20"]
-    if sampler.startswith("midx"):
-        overrides.append("sampler.num_codewords=8")
-    return overrides
+def sampler_config_class(name: str) -> type[Sampler]:
+    """The sampler class that ``sampler=NAME`` builds (a variant's, its base config's)."""
+    config = OmegaConf.load(CONF_DIR / "sampler" / f"{name}.yaml")
+    while "_target_" not in config:
+        (base,) = config.defaults
+        config = OmegaConf.load(CONF_DIR / "sampler" / f"{base}.yaml")
+    return get_class(config._target_)
+
+
+def sampler_overrides(sampler: str, num_items: int = TINY_CATALOG) -> list[str]:
+    """Select ``sampler`` with the settings it declares for a catalog of ``num_items`` items
+    (:meth:`~recsys_midx.samplers.Sampler.settings_for`; by default the tiny runs')."""
+    settings = sampler_config_class(sampler).settings_for(num_items)
+    return [f"sampler={sampler}", *(f"sampler.{name}={value}" for name, value in settings.items())]
 
 
 @pytest.fixture

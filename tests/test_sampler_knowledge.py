@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CONF_DIR
+from conftest import CONF_DIR, sampler_config_class
 from omegaconf import OmegaConf
 
-from recsys_midx.samplers import Sampler, sampler_class, sampler_classes
+from recsys_midx.samplers import Sampler, sampler_classes
 
 SAMPLER_CONFIGS = sorted((CONF_DIR / "sampler").glob("*.yaml"))
 
@@ -27,17 +27,6 @@ def _raw(path: Path) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
 
 
-def _target_class(path: Path) -> type[Sampler]:
-    """The class a sampler config builds, following a variant's ``defaults`` to its base."""
-    raw = _raw(path)
-    while "_target_" not in raw:
-        (base,) = raw["defaults"]
-        raw = _raw(path.with_name(f"{base}.yaml"))
-    cls = sampler_class(raw["_target_"])
-    assert cls is not None, f"{path.name}: {raw['_target_']} is not a sampler of the package"
-    return cls
-
-
 def _quietly(cls: type[Sampler], **settings: Any) -> Sampler:
     """``cls(200, 1, **settings)`` without the approximate-log-q warnings of SIR and DNS."""
     with warnings.catch_warnings():
@@ -48,7 +37,8 @@ def _quietly(cls: type[Sampler], **settings: Any) -> Sampler:
 @pytest.mark.parametrize("path", SAMPLER_CONFIGS, ids=lambda path: path.stem)
 def test_every_sampler_config_repeats_its_constructors_defaults(path: Path) -> None:
     raw = _raw(path)
-    defaults = _target_class(path).defaults()
+    target = sampler_config_class(path.stem)
+    defaults = target.defaults()
     settings = {key: value for key, value in raw.items() if key not in ("_target_", "defaults")}
     assert set(settings) <= set(defaults), f"{path.name} sets what the constructor does not take"
     if "_target_" not in raw:
@@ -59,8 +49,7 @@ def test_every_sampler_config_repeats_its_constructors_defaults(path: Path) -> N
             assert value != defaults[key], f"{path.stem}.{key} agrees now: drop it from JUSTIFIED"
         else:
             assert value == defaults[key], (
-                f"{path.name}: {key}={value!r}, but {_target_class(path).__name__} defaults to "
-                f"{defaults[key]!r}"
+                f"{path.name}: {key}={value!r}, but {target.__name__} defaults to {defaults[key]!r}"
             )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import sampler_overrides
+from conftest import TINY_CATALOG, sampler_overrides
 from hydra.errors import InstantiationException
 
 from recsys_midx.app.experiment import build, train
@@ -13,7 +13,7 @@ from recsys_midx.app.experiment import build, train
 #: Overrides that make an extreme classification run take a few seconds.
 TINY_XC_RUN = (
     "task=xc",
-    "dataset.num_labels=80",
+    f"dataset.num_labels={TINY_CATALOG}",
     "dataset.num_features=300",
     "dataset.num_train=300",
     "dataset.num_test=100",
