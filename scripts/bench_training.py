@@ -2,9 +2,12 @@
 
 For each catalog size ``N`` the synthetic generator makes user sequences over exactly ``N`` items;
 every (sampler, N) pair then runs in its own process (so its peak resident memory is its own):
-a few optimiser steps of SASRec on batches of those sequences, each step being forward, loss,
-backward and Adam update. The sampler's index is built once before timing and its build time is
-reported apart (in training it is amortised over ``callbacks.sampler_refresh.every_n_epochs``). With
+a few optimiser steps of SASRec on batches of those sequences. The run is composed as
+``recsys-midx-train`` composes it, ``sampler=NAME`` with this script's sizes as overrides, and
+built as a training run builds it (:func:`recsys_midx.app.experiment.build_module`); a step is
+the module's own ``training_step`` (forward and loss), backward and the configured optimiser's
+update. The sampler's index is built once before timing and its build time is reported apart (in
+training it is amortised over ``callbacks.sampler_refresh.every_n_epochs``). With
 ``--device cuda`` the model, sampler and batches live on the GPU and the peak memory reported is
 the peak CUDA memory allocated (``--memory-limit-gib`` then only applies to host memory).
 
@@ -12,10 +15,11 @@ A run whose resident memory passes ``--memory-limit-gib`` is stopped and reporte
 one that outlasts ``--timeout`` is stopped too. For every sampler measured at two sizes or more, a
 least-squares line through (N, peak memory) estimates the largest catalog that fits the limit.
 
-``midx`` is ``sampler=midx`` as configured: the exact softmax over each query's top cells mixed
-in, their number sized from the catalog (``exact_top_items``), and the positive counted exactly as
-that option wants. ``midx+topT`` fixes ``exact_top_codewords=T`` instead (``midx+top0``: none,
-the positive logQ-corrected).
+A sampler is any ``sampler=`` config (``full``, ``uniform``, ``popularity``, ``midx``, ``kernel``,
+...). ``midx`` is ``sampler=midx`` as configured: the exact softmax over each query's top cells
+mixed in, their number sized from the catalog (``exact_top_items``), and the positive counted
+exactly as that option wants. ``midx+topT`` fixes ``exact_top_codewords=T`` instead
+(``midx+top0``: none, the positive logQ-corrected).
 ``--shared-negatives`` draws one set of negatives per batch instead of one per query
 (``loss.shared_negatives=true``). ``--train-samples`` builds the batches as
 ``task.datamodule.train_samples`` does: ``last_window`` (every position of each user's last
@@ -33,33 +37,31 @@ Example:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import resource
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 
+import recsys_midx.conf
 from recsys_midx.analysis.timing import timed
+from recsys_midx.app.experiment import build_module
 from recsys_midx.data.sources import Synthetic
 from recsys_midx.data.splits import LeaveOneOutSplit
 from recsys_midx.data.train_samples import SAMPLE_KINDS, TrainSamples
-from recsys_midx.heads import DotHead
-from recsys_midx.losses import SoftmaxLoss
-from recsys_midx.models import SASRec
-from recsys_midx.samplers import FullSampler, MIDXSampler, PopularitySampler, UniformSampler
-from recsys_midx.samplers.base import Sampler
 
-SAMPLERS = {
-    "full": lambda n, m: FullSampler(n),
-    "uniform": lambda n, m: UniformSampler(n, m),
-    "popularity": lambda n, m: PopularitySampler(n, m),
-    "midx": lambda n, m: MIDXSampler(n, m, exact_top_codewords=None),
-}
+CONF_DIR = Path(recsys_midx.conf.__file__).parent
+#: The ``sampler=`` configs.
+SAMPLERS = sorted(path.stem for path in (CONF_DIR / "sampler").glob("*.yaml"))
 _EXACT_TOP = re.compile(r"midx\+top(\d+)")
 
 
@@ -67,20 +69,30 @@ def parse_sampler(name: str) -> str:
     """``name`` if it is one of :data:`SAMPLERS` or ``midx+topT`` (argparse type)."""
     if name in SAMPLERS or _EXACT_TOP.fullmatch(name):
         return name
-    raise argparse.ArgumentTypeError(f"{name!r}: use one of {sorted(SAMPLERS)} or midx+topT")
+    raise argparse.ArgumentTypeError(f"{name!r}: use one of {SAMPLERS} or midx+topT")
 
 
-def _sampler_and_loss(
-    name: str, num_items: int, negatives: int, shared_negatives: bool
-) -> tuple[Sampler, SoftmaxLoss]:
-    """The sampler called ``name`` and the loss it trains with."""
-    top = _EXACT_TOP.fullmatch(name)
-    if top is None:
-        sampler = SAMPLERS[name](num_items, negatives)
-    else:
-        sampler = MIDXSampler(num_items, negatives, exact_top_codewords=int(top[1]))
-    # exact_positives=None: as the sampler prefers (exactly with exact top cells).
-    return sampler, SoftmaxLoss(shared_negatives=shared_negatives)
+def compose_run(args: argparse.Namespace, sampler_name: str) -> DictConfig:
+    """The config of one measured run: the default run with the sampler and this script's
+    sizes as command-line overrides."""
+    top = _EXACT_TOP.fullmatch(sampler_name)
+    sampler = (
+        ["sampler=midx", f"sampler.exact_top_codewords={top[1]}"]
+        if top
+        else [f"sampler={sampler_name}"]
+    )
+    overrides = [
+        *sampler,
+        f"sampler.num_negatives={args.negatives}",
+        f"loss.shared_negatives={str(args.shared_negatives).lower()}",
+        f"model.dim={args.dim}",
+        f"model.max_len={args.max_len}",
+        f"task.datamodule.batch_size={args.batch_size}",
+        f"task.datamodule.train_samples={args.train_samples}",
+        f"seed={args.seed}",
+    ]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=overrides)
 
 
 def _split(num_items: int, num_users: int, seed: int) -> LeaveOneOutSplit:
@@ -91,48 +103,40 @@ def _split(num_items: int, num_users: int, seed: int) -> LeaveOneOutSplit:
     return LeaveOneOutSplit.from_interactions(frame, num_items)
 
 
-def _query_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The positions that are training queries: a real input with a real next item."""
-    return (batch["targets"] > 0) & (batch["inputs"] > 0)
-
-
 def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict[str, float]:
     """Time ``args.steps`` training steps (after one warm-up step) in this process."""
-    torch.manual_seed(args.seed)
+    cfg = compose_run(args, sampler_name)
+    torch.manual_seed(cfg.seed)
     device = torch.device(args.device)
-    split = _split(num_items, args.users, args.seed)
-    model = SASRec(num_items, dim=args.dim, max_len=args.max_len).to(device)
-    sampler, loss_fn = _sampler_and_loss(
-        sampler_name, num_items, args.negatives, args.shared_negatives
-    )
-    head = DotHead()
-    sampler = sampler.to(device)
-    # As recsys_midx/conf/task/seqrec.yaml.
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    split = _split(num_items, args.users, cfg.seed)
+    module = build_module(cfg, {"num_items": num_items}, num_items).to(device)
+    optimizer = module.configure_optimizers()
     counts = torch.from_numpy(split.train_item_counts()).to(device)
-    build_seconds = timed(lambda: sampler.update(model.item_table.detach(), counts), device)
 
-    def train_step(batch: dict[str, torch.Tensor]) -> None:
-        if args.train_samples == "prefixes":  # as SeqRecModule: only the last position
-            queries = model.encode_last(batch["inputs"])[:, None]
-            batch = {**batch, "inputs": batch["inputs"][:, -1:]}
-        else:
-            queries = model(batch["inputs"])
-        is_query = _query_mask(batch)
-        loss = loss_fn(
-            head(queries[is_query]), batch["targets"][is_query], model.item_table, sampler
-        )
+    def build_indexes() -> None:  # as the module's refresh at the start of fitting
+        for index in module.indexes:
+            index.update(module.encoder.item_table.detach().float(), counts)
+
+    build_seconds = timed(build_indexes, device)
+    # The step logs its loss; without a trainer to take it, Lightning says so at every call.
+    warnings.filterwarnings("ignore", message="You are trying to `self.log\\(\\)`")
+
+    def train_step(batch: dict[str, torch.Tensor], step: int) -> None:
+        loss = module.training_step(batch, step)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
 
-    samples = TrainSamples(split.items, split.spans("train"), args.max_len, args.train_samples)
-    rng = np.random.default_rng(args.seed)
+    datamodule = cfg.task.datamodule
+    samples = TrainSamples(
+        split.items, split.spans("train"), cfg.model.max_len, datamodule.train_samples
+    )
+    rng = np.random.default_rng(cfg.seed)
     step_seconds = []
     for step in range(args.steps + 1):
-        batch = samples.batch(rng.choice(len(samples), args.batch_size))
+        batch = samples.batch(rng.choice(len(samples), datamodule.batch_size))
         batch = {key: value.to(device) for key, value in batch.items()}
-        seconds = timed(lambda b=batch: train_step(b), device)
+        seconds = timed(functools.partial(train_step, batch, step), device)
         if step:  # the first step warms up allocators and kernels
             step_seconds.append(seconds)
     return {
@@ -223,7 +227,7 @@ def main() -> None:
         nargs="+",
         type=parse_sampler,
         default=["full", "uniform", "midx"],
-        help=f"{', '.join(sorted(SAMPLERS))} or midx+topT (exact top cells)",
+        help=f"{', '.join(SAMPLERS)} or midx+topT (exact top cells)",
     )
     parser.add_argument("--users", type=int, default=5000)
     parser.add_argument("--batch-size", type=int, default=128)

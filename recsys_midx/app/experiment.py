@@ -9,6 +9,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,19 +66,39 @@ def build(cfg: DictConfig) -> Experiment:
     datamodule: CatalogDataModule = instantiate(cfg.task.datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    # Built in this order (the head after the sampler), so that parameters are initialised
-    # from the same random numbers as in every earlier run of a config.
-    encoder = instantiate(cfg.model, **datamodule.encoder_sizes)
-    sampler = instantiate(cfg.sampler, num_items=datamodule.num_items)
-    head = instantiate(cfg.task.module.head)
-    module = instantiate(
-        cfg.task.module, encoder=encoder, head=head, sampler=sampler, loss=instantiate(cfg.loss)
-    )
+    module = build_module(cfg, datamodule.encoder_sizes, datamodule.num_items)
     epoch_log = EpochLog(output_dir / "epochs.csv")
     callbacks = [instantiate(c) for c in cfg.get("callbacks", {}).values()] + [epoch_log]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     return Experiment(datamodule, module, trainer, epoch_log, output_dir)
+
+
+def build_module(
+    cfg: DictConfig, encoder_sizes: Mapping[str, int], num_items: int
+) -> CatalogModule:
+    """Instantiate encoder, sampler, head and loss, and the module that trains them.
+
+    Args:
+        cfg: a composed config.
+        encoder_sizes: the sizes the encoder is built with (the data module's
+            ``encoder_sizes``).
+        num_items: ``N``, the catalog the sampler draws from.
+
+    Returns:
+        The module; its sampler is built from the item table when fitting starts.
+
+    Raises:
+        TypeError: if the loss does not accept the head.
+    """
+    # Built in this order (the head after the sampler), so that parameters are initialised
+    # from the same random numbers as in every earlier run of a config.
+    encoder = instantiate(cfg.model, **encoder_sizes)
+    sampler = instantiate(cfg.sampler, num_items=num_items)
+    head = instantiate(cfg.task.module.head)
+    return instantiate(
+        cfg.task.module, encoder=encoder, head=head, sampler=sampler, loss=instantiate(cfg.loss)
+    )
 
 
 def _warn_exact_top_without_exact_positives(cfg: DictConfig) -> bool:
