@@ -157,6 +157,13 @@ CODE_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "@bench-training": (
         "scripts/bench_training.py",
+        # The run is built as training builds it and stepped by the module's training_step.
+        "recsys_midx/app/experiment.py",
+        "recsys_midx/lit/base.py",
+        "recsys_midx/lit/seqrec.py",
+        "recsys_midx/conf/config.yaml",
+        "recsys_midx/conf/task/seqrec.yaml",
+        "recsys_midx/conf/model/sasrec.yaml",
         "recsys_midx/models/base.py",
         "recsys_midx/models/sasrec.py",
         "recsys_midx/heads/base.py",
