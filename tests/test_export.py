@@ -156,6 +156,33 @@ def test_a_catalog_too_small_for_nlist_is_one_line_and_writes_nothing(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            ["--index", "hnsw", "--index-factory", "HNSW32"],
+            "give --index-factory or --index hnsw, not both",
+        ),
+        (
+            ["--index", "ivf", "--nlist", "4", "--nprobe", "8"],
+            "--nprobe 8 must not exceed --nlist 4",
+        ),
+        (
+            ["--index", "exact", "--ef-search", "8"],
+            "--ef-search applies to --index hnsw, not exact",
+        ),
+    ],
+)
+def test_bad_index_options_are_refused_before_the_run_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([str(tmp_path / "no-such-run"), "--out", str(tmp_path / "out"), *options])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"recsys-midx-export: error: {message}\n"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.fixture(scope="module")
 def gru_run(tmp_path_factory: pytest.TempPathFactory) -> LoadedRun:
     return load_run(train_custom_run(tmp_path_factory.mktemp("export-gru"), ["model=gru4rec"]))

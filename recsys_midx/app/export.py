@@ -58,6 +58,7 @@ from recsys_midx.app.trained import LoadedRun, RunLike, as_loaded_run
 from recsys_midx.inference.ann import (
     INDEX_KINDS,
     IndexSpec,
+    build_factory_index,
     build_index,
     item_like_queries,
     measure_index,
@@ -117,24 +118,20 @@ def export_items(
         meta["quality"]["recall"], meta["quality"]["qps"], meta["quality"]["exact_qps"]
         ```
     """
+    # Settings that need no catalog are refused before the run is loaded.
+    _index_settings(index, index_factory, _ANY_CATALOG)
     run = as_loaded_run(run)
     _check_inner_product_ranking(run)
     vectors = run.module.encoder.item_table.detach().float().cpu()[1:].numpy()
     vectors = np.ascontiguousarray(vectors)
     num_items, dim = vectors.shape
-    spec = (index or IndexSpec()).resolve(num_items)
-    if index_factory is not None and spec.kind != "exact":
-        raise ValueError(f"give --index-factory or --index {spec.kind}, not both")
+    spec = _index_settings(index, index_factory, num_items)
     encoder = _traced_encoder(run)
 
     exact = build_index(vectors, IndexSpec())
     quality = None
     if index_factory is not None:
-        built = faiss.index_factory(dim, index_factory, faiss.METRIC_INNER_PRODUCT)
-        if not built.is_trained:
-            built.train(vectors)
-        built.add(vectors)
-        index_type = index_factory
+        built, index_type = build_factory_index(vectors, index_factory), index_factory
     elif spec.kind == "exact":
         built, index_type = exact, "IndexFlatIP"
     else:
@@ -187,6 +184,21 @@ def export_items(
     path = out_dir / EXPORT_FILE
     path.write_text(json.dumps(meta, indent=2) + "\n")
     return path
+
+
+#: A catalog size that no setting is too large for: settings checked against it fail only for
+#: reasons that do not depend on the catalog.
+_ANY_CATALOG = 1 << 62
+
+
+def _index_settings(
+    index: IndexSpec | None, index_factory: str | None, num_items: int
+) -> IndexSpec:
+    """The index spec resolved for ``num_items``; ``ValueError`` (one line) if it cannot be."""
+    spec = (index or IndexSpec()).resolve(num_items)
+    if index_factory is not None and spec.kind != "exact":
+        raise ValueError(f"give --index-factory or --index {spec.kind}, not both")
+    return spec
 
 
 def _check_inner_product_ranking(run: LoadedRun) -> None:
@@ -314,8 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.index, args.nlist, args.nprobe, args.hnsw_m, args.ef_search, args.ef_construction
     )
     try:
-        # Settings that need no catalog are checked before the run is loaded.
-        spec.resolve(num_items=1 << 62)
+        # Settings that need no catalog are refused before the run is loaded.
+        _index_settings(spec, args.index_factory, _ANY_CATALOG)
         path = export_items(
             load_run(args.run_dir, args.data_dir), args.out, args.index_factory, spec
         )

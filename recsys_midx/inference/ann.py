@@ -23,6 +23,7 @@ __all__ = [
     "INDEX_KINDS",
     "MIN_ITEMS_PER_LIST",
     "IndexSpec",
+    "build_factory_index",
     "build_index",
     "item_like_queries",
     "measure_index",
@@ -165,17 +166,38 @@ def build_index(vectors: np.ndarray, spec: IndexSpec) -> faiss.Index:
     if spec.kind == "exact":
         index = faiss.IndexFlatIP(dim)
     elif spec.kind == "ivf":
-        quantizer = faiss.IndexFlatIP(dim)
-        index = faiss.IndexIVFFlat(quantizer, dim, spec.nlist, faiss.METRIC_INNER_PRODUCT)
-        # The index owns its quantizer, which would otherwise be freed with this frame.
-        index.own_fields = True
-        quantizer.this.disown()
+        # The factory builds the index owning its quantizer (a constructor-built one would be
+        # freed with this frame unless its ownership were handed over by hand).
+        index = faiss.index_factory(dim, f"IVF{spec.nlist},Flat", faiss.METRIC_INNER_PRODUCT)
         index.train(vectors)
         index.nprobe = spec.nprobe
     else:
         index = faiss.IndexHNSWFlat(dim, spec.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = spec.ef_construction
         index.hnsw.efSearch = spec.ef_search
+    index.add(vectors)
+    return index
+
+
+def build_factory_index(vectors: np.ndarray, factory: str) -> faiss.Index:
+    """The faiss index of a factory string over ``vectors``, with the inner-product metric.
+
+    Args:
+        vectors: ``float32 [N, D]`` item vectors.
+        factory: a faiss index factory string, e.g. ``"IVF1024,PQ16"`` or ``"HNSW32"``.
+
+    Returns:
+        The trained and filled index, row ``r`` being row ``r`` of ``vectors``.
+
+    Example:
+        >>> vectors = np.random.default_rng(0).standard_normal((100, 8)).astype(np.float32)
+        >>> type(build_factory_index(vectors, "HNSW16")).__name__
+        'IndexHNSWFlat'
+    """
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    index = faiss.index_factory(vectors.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+    if not index.is_trained:
+        index.train(vectors)
     index.add(vectors)
     return index
 
