@@ -33,7 +33,13 @@ CASES = [
     # only the commands (recsys_midx.app) and lit/ load Lightning and Hydra.
     *(
         (package, framework)
-        for package in ("recsys_midx.inference", "recsys_midx.analysis", "recsys_midx.reports")
+        for package in (
+            "recsys_midx.inference",
+            "recsys_midx.inference.ann",
+            "recsys_midx.inference.query_encoder",
+            "recsys_midx.analysis",
+            "recsys_midx.reports",
+        )
         for framework in ("lightning", "hydra")
     ),
     # No package below the commands imports them.
