@@ -24,6 +24,7 @@ from .softmax import (
     draw_negatives,
     draw_shared_negatives,
 )
+from .window_softmax import WindowSoftmaxLoss, draw_outside_windows, window_softmax_loss
 
 __all__ = [
     "BCELoss",
@@ -34,11 +35,13 @@ __all__ = [
     "MultiLabelSoftmaxLoss",
     "Negatives",
     "ScalableCrossEntropyLoss",
+    "WindowSoftmaxLoss",
     "SoftmaxLoss",
     "binary_cross_entropy_loss",
     "bucketed_cross_entropy_loss",
     "draw_mixture_negatives",
     "draw_negatives",
+    "draw_outside_windows",
     "draw_shared_negatives",
     "full_softmax_loss",
     "gbce_beta",
@@ -49,4 +52,5 @@ __all__ = [
     "multilabel_head_sampled_softmax_loss",
     "multilabel_sampled_softmax_loss",
     "sampled_softmax_loss",
+    "window_softmax_loss",
 ]
