@@ -55,3 +55,5 @@ def test_the_summary_says_what_a_sampled_softmax_scored_and_how_close_its_propos
     results["sampler"] = {"exhaustive": True}
     assert sampler_lines(results) == ["exact softmax: every training query scores all 12,345 items"]
     assert sampler_lines({"config": {}, "dataset": {}}) == []
+    bce = {"_target_": "recsys_midx.losses.BCELoss"}
+    assert sampler_lines({**results, "config": {**results["config"], "loss": bce}}) == []

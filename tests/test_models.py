@@ -63,11 +63,21 @@ def test_heads_must_divide_dim():
 RECBOLE_BLOCK = dict(
     norm="post", input_norm=True, scale_embeddings=False, position_origin="first", ffn_dropout=False
 )
+#: pmixer/SASRec.pytorch's block, SASRec+'s.
+PMIXER_BLOCK = dict(
+    residual="normed_query", ffn_dim=16, ffn_activation="relu", position_origin="first"
+)
 
 
 @pytest.mark.parametrize(
     "options",
-    [{}, RECBOLE_BLOCK, dict(norm="post"), dict(position_origin="first", attention_dropout=0.5)],
+    [
+        {},
+        RECBOLE_BLOCK,
+        PMIXER_BLOCK,
+        dict(norm="post"),
+        dict(position_origin="first", attention_dropout=0.5),
+    ],
 )
 def test_sasrec_last_query_alone_equals_the_last_position_of_every_query(options) -> None:
     torch.manual_seed(0)
@@ -114,7 +124,39 @@ def test_sasrec_block_options_change_the_parameters_they_name() -> None:
     assert recbole.embedding_scale == 1.0 and default.embedding_scale == 4.0
 
 
-@pytest.mark.parametrize("setting", ["norm", "position_origin"])
+def test_sasrec_normed_query_block_adds_attention_to_the_normalised_input() -> None:
+    torch.manual_seed(0)
+    model = SASRec(num_items=50, dim=16, num_heads=1, max_len=8, num_layers=1, **PMIXER_BLOCK)
+    model.eval()
+    block, x = model.blocks[0], torch.randn(2, 5, 16)
+    allowed = torch.ones(5, 5, dtype=torch.bool).tril()
+    # Q = LN(x); x = Q + MHA(Q, x, x); x = x + FFN(LN(x)), the FFN 16 -> 16 with ReLU.
+    normed = block.attn_norm(x)
+    w, b = block.qkv.weight.split(16), block.qkv.bias.split(16)
+    q, k, v = normed @ w[0].T + b[0], x @ w[1].T + b[1], x @ w[2].T + b[2]
+    scores = (q @ k.transpose(1, 2) / 4.0).masked_fill(~allowed, float("-inf"))
+    h = normed + block.out(scores.softmax(-1) @ v)
+    hidden = torch.relu(block.ffn_norm(h) @ block.ffn[0].weight.T + block.ffn[0].bias)
+    expected = h + hidden @ block.ffn[-1].weight.T + block.ffn[-1].bias
+    torch.testing.assert_close(block(x, allowed[None, None]), expected)
+
+
+def test_sasrec_default_block_options_keep_the_default_block() -> None:
+    torch.manual_seed(0)
+    default = SASRec(num_items=50, dim=16, num_heads=2, max_len=8)
+    torch.manual_seed(0)
+    named = SASRec(num_items=50, dim=16, num_heads=2, max_len=8, ffn_dim=64, ffn_activation="gelu")
+    seq = torch.tensor([[0, 0, 3, 4, 5, 6, 7, 8]])
+    assert torch.equal(default.eval()(seq), named.eval()(seq))
+    assert isinstance(default.blocks[0].ffn[1], torch.nn.GELU)
+
+
+def test_sasrec_normed_query_needs_pre_norm() -> None:
+    with pytest.raises(ValueError, match="residual='normed_query' needs norm='pre'"):
+        SASRec(num_items=10, dim=16, num_heads=2, norm="post", residual="normed_query")
+
+
+@pytest.mark.parametrize("setting", ["norm", "position_origin", "ffn_activation", "residual"])
 def test_sasrec_refuses_an_unknown_block_choice(setting: str) -> None:
     with pytest.raises(ValueError, match=setting):
         SASRec(num_items=10, dim=16, num_heads=2, **{setting: "middle"})

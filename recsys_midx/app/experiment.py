@@ -16,7 +16,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
@@ -25,6 +25,7 @@ from recsys_midx.app.loggers import check_logger_packages
 from recsys_midx.lit.base import CatalogModule
 from recsys_midx.lit.callbacks import EpochLog, SamplerRefresh
 from recsys_midx.lit.checkpointing import resume_checkpoint
+from recsys_midx.losses import CatalogSoftmax
 from recsys_midx.protocols import CatalogDataModule, NegativeSampler, Objective
 
 log = logging.getLogger(__name__)
@@ -276,7 +277,8 @@ def sampler_lines(results: dict[str, Any]) -> list[str]:
         results: the content of ``results.json``.
 
     Returns:
-        Up to two lines; none when the results name no sampler or catalog size.
+        Up to two lines; none when the results name no sampler or catalog size, or name a loss
+        that is not a softmax over the sampler's draws.
 
     Example:
         >>> for line in sampler_lines({
@@ -288,10 +290,13 @@ def sampler_lines(results: dict[str, Any]) -> list[str]:
         sampled softmax: 100 negatives from UniformSampler per query, of 1,000 items
         proposal: KL(softmax || q) = 2.00 nats at the last refresh; uniform: 2.00
     """
-    sampler = (results.get("config") or {}).get("sampler") or {}
+    config = results.get("config") or {}
+    sampler, loss = config.get("sampler") or {}, config.get("loss") or {}
     items = (results.get("dataset") or {}).get("items")
     if "_target_" not in sampler or not items:
         return []
+    if "_target_" in loss and not issubclass(get_class(loss["_target_"]), CatalogSoftmax):
+        return []  # another objective (BCE, SCE, EDRep, ...): no softmax drawn from the sampler
     summary = results.get("sampler") or {}
     if summary.get("exhaustive"):
         return [f"exact softmax: every training query scores all {items:,} items"]

@@ -175,6 +175,22 @@ def check_sampler(cfg: DictConfig) -> None:
         )
 
 
+def check_loss_negatives(cfg: DictConfig) -> None:
+    """A loss that trains on drawn negatives (``needs_negatives``, e.g. ``loss=bce``) comes
+    with a sampler that draws them, not the exhaustive ``sampler=full``; one that draws per
+    training sequence (``per_sequence``) trains sequences, not ``task=xc``."""
+    loss = get_class(cfg.loss._target_)
+    if getattr(loss, "per_sequence", False) and issubclass(
+        get_class(cfg.task.module._target_), XCModule
+    ):
+        raise ConfigError(f"loss={loss.name} draws per training sequence: it needs task=seqrec")
+    if getattr(loss, "needs_negatives", False) and get_class(cfg.sampler._target_).exhaustive:
+        raise ConfigError(
+            f"loss={loss.name} trains on sampled negatives: choose a sampler that draws them, "
+            "e.g. sampler=uniform, not sampler=full"
+        )
+
+
 def check_not_multirun_ddp(cfg: DictConfig) -> None:
     """No Hydra sweep (``-m``) whose jobs would start several DDP processes.
 
@@ -264,6 +280,7 @@ CHECKS: tuple[Callable[[DictConfig], None], ...] = (
     check_monitor,
     check_optimized_metric,
     check_sampler,
+    check_loss_negatives,
     check_resume,
     check_not_multirun_ddp,
     check_memory,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor
 
 from recsys_midx.heads import Head
@@ -66,7 +67,19 @@ class SeqRecModule(CatalogModule):
             queries = self.encoder(inputs)
         # A position trains only when it has both a real input item and a real next item.
         is_query = (targets > 0) & (inputs > 0)
-        loss = self.objective(queries[is_query], targets[is_query])
+        if getattr(self.loss, "per_sequence", False):
+            # An objective that draws per sequence (loss=window_softmax) also gets each
+            # sequence's items and where its queries sit.
+            loss = self.loss(
+                self.head(queries[is_query]),
+                targets[is_query],
+                self.encoder.item_table,
+                self.sampler,
+                windows=torch.cat([batch["inputs"], targets], dim=1),
+                positions=is_query,
+            )
+        else:
+            loss = self.objective(queries[is_query], targets[is_query])
         self.log(
             "train/loss",
             loss,

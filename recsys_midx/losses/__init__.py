@@ -1,8 +1,11 @@
-"""Softmax objectives: exact (chunked) and sampled with the logQ correction, for one target or
-several positives per query."""
+"""Objectives: softmax exact (chunked) and sampled with the logQ correction, for one target or
+several positives per query; binary cross-entropy (BCE, gBCE) on sampled negatives; Scalable
+Cross-Entropy."""
 
+from .bce import BCELoss, binary_cross_entropy_loss
 from .edrep import EDRepLoss
 from .full_softmax import full_softmax_loss, head_full_softmax_loss
+from .gbce import GBCELoss, gbce_beta
 from .multilabel import (
     MultiLabelSoftmaxLoss,
     multilabel_full_softmax_loss,
@@ -11,6 +14,7 @@ from .multilabel import (
     multilabel_sampled_softmax_loss,
 )
 from .sampled_softmax import head_sampled_softmax_loss, sampled_softmax_loss
+from .sce import ScalableCrossEntropyLoss, bucketed_cross_entropy_loss
 from .softmax import (
     CatalogSoftmax,
     LossFunctions,
@@ -20,18 +24,27 @@ from .softmax import (
     draw_negatives,
     draw_shared_negatives,
 )
+from .window_softmax import WindowSoftmaxLoss, draw_outside_windows, window_softmax_loss
 
 __all__ = [
+    "BCELoss",
     "CatalogSoftmax",
     "EDRepLoss",
+    "GBCELoss",
     "LossFunctions",
     "MultiLabelSoftmaxLoss",
     "Negatives",
+    "ScalableCrossEntropyLoss",
+    "WindowSoftmaxLoss",
     "SoftmaxLoss",
+    "binary_cross_entropy_loss",
+    "bucketed_cross_entropy_loss",
     "draw_mixture_negatives",
     "draw_negatives",
+    "draw_outside_windows",
     "draw_shared_negatives",
     "full_softmax_loss",
+    "gbce_beta",
     "head_full_softmax_loss",
     "head_sampled_softmax_loss",
     "multilabel_full_softmax_loss",
@@ -39,4 +52,5 @@ __all__ = [
     "multilabel_head_sampled_softmax_loss",
     "multilabel_sampled_softmax_loss",
     "sampled_softmax_loss",
+    "window_softmax_loss",
 ]

@@ -17,6 +17,14 @@ NormPlacement = Literal["pre", "post"]
 #: Which item gets position 0: the last input item (``last``: a query's own position is always
 #: the same) or the first real item of the sequence (``first``: positions count its history).
 PositionOrigin = Literal["last", "first"]
+#: What the attention sublayer adds its output to: the block's input (``input``, the standard
+#: residual) or, with ``norm="pre"``, the normalised input that also gives the queries, while
+#: keys and values come from the un-normalised input (``normed_query``, the SASRec block of
+#: pmixer/SASRec.pytorch: ``Q = LN(x); x = Q + MHA(Q, x, x)``).
+Residual = Literal["input", "normed_query"]
+#: The feed-forward network's activation.
+FFNActivation = Literal["gelu", "relu"]
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
 
 
 class _CausalSelfAttentionBlock(nn.Module):
@@ -30,16 +38,23 @@ class _CausalSelfAttentionBlock(nn.Module):
         attention_dropout: float,
         norm: NormPlacement,
         ffn_dropout: bool,
+        ffn_dim: int,
+        ffn_activation: FFNActivation,
+        residual: Residual,
     ) -> None:
         super().__init__()
         self.num_heads, self.pre_norm = num_heads, norm == "pre"
+        self.normed_query = residual == "normed_query"
         self.attn_norm = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
         self.ffn_norm = nn.LayerNorm(dim)
         hidden_dropout = [nn.Dropout(dropout)] if ffn_dropout else []
         self.ffn = nn.Sequential(
-            nn.Linear(dim, 4 * dim), nn.GELU(), *hidden_dropout, nn.Linear(4 * dim, dim)
+            nn.Linear(dim, ffn_dim),
+            _ACTIVATIONS[ffn_activation](),
+            *hidden_dropout,
+            nn.Linear(ffn_dim, dim),
         )
         self.dropout = nn.Dropout(dropout)
         self.attn_dropout = attention_dropout
@@ -53,7 +68,15 @@ class _CausalSelfAttentionBlock(nn.Module):
             return t.view(batch, -1, self.num_heads, dim // self.num_heads).transpose(1, 2)
 
         normed = self.attn_norm(x) if self.pre_norm else x
-        if last_only:
+        if self.normed_query:
+            # Queries from the normalised input, keys and values from the input itself; the
+            # normalised input is what the attention output is added to.
+            q = heads(F.linear(normed, self.qkv.weight[:dim], self.qkv.bias[:dim]))
+            k, v = F.linear(x, self.qkv.weight[dim:], self.qkv.bias[dim:]).chunk(2, dim=-1)
+            k, v, x = heads(k), heads(v), normed
+            if last_only:
+                q, allowed, x = q[:, :, -1:], allowed[:, :, -1:], x[:, -1:]
+        elif last_only:
             # Split the fused projection: only the last position needs a query.
             q = heads(F.linear(normed[:, -1:], self.qkv.weight[:dim], self.qkv.bias[:dim]))
             k, v = F.linear(normed, self.qkv.weight[dim:], self.qkv.bias[dim:]).chunk(2, dim=-1)
@@ -98,10 +121,16 @@ class SASRec(SequenceEncoder):
         scale_embeddings: multiply item embeddings by ``sqrt(D)``.
         position_origin: ``"last"`` or ``"first"`` (see :data:`PositionOrigin`).
         ffn_dropout: dropout on the feed-forward hidden layer.
+        ffn_dim: the feed-forward hidden width (``None``: ``4 * dim``).
+        ffn_activation: ``"gelu"`` or ``"relu"`` (see :data:`FFNActivation`).
+        residual: ``"input"`` or ``"normed_query"`` (see :data:`Residual`; the latter needs
+            ``norm="pre"``). ``norm="pre", residual="normed_query", ffn_dim=dim,
+            ffn_activation="relu", position_origin="first"`` is pmixer/SASRec.pytorch's block.
 
     Raises:
         ValueError: if ``num_heads`` does not divide ``dim``, a size is not positive, or
-            ``norm`` / ``position_origin`` is not one of its values.
+            ``norm`` / ``position_origin`` / ``ffn_activation`` / ``residual`` is not one of
+            its values, or ``residual="normed_query"`` comes with ``norm="post"``.
 
     Example:
         >>> encoder = SASRec(num_items=100, dim=32, num_heads=2, max_len=20)
@@ -124,6 +153,9 @@ class SASRec(SequenceEncoder):
         scale_embeddings: bool = True,
         position_origin: PositionOrigin = "last",
         ffn_dropout: bool = True,
+        ffn_dim: int | None = None,
+        ffn_activation: FFNActivation = "gelu",
+        residual: Residual = "input",
     ) -> None:
         super().__init__(num_items, dim, max_len)
         if num_heads <= 0 or dim % num_heads:
@@ -132,12 +164,31 @@ class SASRec(SequenceEncoder):
             raise ValueError(f"norm={norm!r} must be 'pre' or 'post'")
         if position_origin not in ("last", "first"):
             raise ValueError(f"position_origin={position_origin!r} must be 'last' or 'first'")
+        if ffn_activation not in _ACTIVATIONS:
+            raise ValueError(f"ffn_activation={ffn_activation!r} must be 'gelu' or 'relu'")
+        if residual not in ("input", "normed_query"):
+            raise ValueError(f"residual={residual!r} must be 'input' or 'normed_query'")
+        if residual == "normed_query" and norm != "pre":
+            raise ValueError("residual='normed_query' needs norm='pre'")
+        ffn_dim = 4 * dim if ffn_dim is None else int(ffn_dim)
+        if ffn_dim <= 0:
+            raise ValueError(f"ffn_dim={ffn_dim} must be positive")
         self.pos_emb = nn.Embedding(max_len, dim)
         self.input_norm = nn.LayerNorm(dim) if input_norm else nn.Identity()
         self.emb_dropout = nn.Dropout(dropout)
         attention_dropout = dropout if attention_dropout is None else attention_dropout
         self.blocks = nn.ModuleList(
-            _CausalSelfAttentionBlock(dim, num_heads, dropout, attention_dropout, norm, ffn_dropout)
+            _CausalSelfAttentionBlock(
+                dim,
+                num_heads,
+                dropout,
+                attention_dropout,
+                norm,
+                ffn_dropout,
+                ffn_dim,
+                ffn_activation,
+                residual,
+            )
             for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()

@@ -1,0 +1,129 @@
+"""Binary cross-entropy on sampled negatives: each position's positive against its negatives,
+every item scored on its own through a sigmoid (SASRec's original objective).
+
+No normaliser is estimated, so the proposal's ``log q`` plays no part: the negatives are
+whatever the sampler draws, per query or shared by the batch.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..heads import DotHead, HeadOutput
+from ..samplers import Sampler
+from ..scoring import compute_dtype
+from .full_softmax import check_scoring_inputs, gather_rows, without_autocast
+from .sampled_softmax import score_negatives
+from .softmax import draw_negatives, draw_shared_negatives
+
+
+@without_autocast
+def binary_cross_entropy_loss(
+    query: Tensor,
+    item_emb: Tensor,
+    targets: Tensor,
+    neg_ids: Tensor,
+    positive_weight: float = 1.0,
+) -> Tensor:
+    """Per-query ``w * softplus(-s(p)) + sum_j softplus(s(n_j))``: ``-w log sigmoid(s(p)) -
+    sum_j log(1 - sigmoid(s(n_j)))``.
+
+    Negatives equal to the query's own target (accidental hits) are left out: they would push
+    the positive down. Computed in float32 (float64 inputs stay float64).
+
+    Args:
+        query: ``[Q, D]`` query vectors (already divided by any temperature).
+        item_emb: ``[N+1, D]`` item table, row 0 padding.
+        targets: ``[Q]`` target ids in ``1..N``.
+        neg_ids: ``[Q, M]`` negative ids in ``1..N``, or ``[M]`` shared by all queries.
+        positive_weight: ``w``, the positive term's weight (gBCE's ``beta``; 1 for plain BCE).
+
+    Returns:
+        ``[Q]`` losses.
+
+    Raises:
+        ValueError: on malformed shapes or ids.
+
+    Example:
+        >>> query, item_emb = torch.zeros(1, 2), torch.zeros(4, 2)
+        >>> loss = binary_cross_entropy_loss(query, item_emb, torch.tensor([1]),
+        ...                                  torch.tensor([[2, 3]]))
+        >>> round(loss.item(), 4)  # three times log 2
+        2.0794
+    """
+    check_scoring_inputs(query, item_emb, targets)
+    if neg_ids.dim() not in (1, 2) or (neg_ids.dim() == 2 and neg_ids.shape[0] != len(targets)):
+        raise ValueError(
+            f"neg_ids must have shape [{len(targets)}, M], or [M] when shared by the batch, "
+            f"got {tuple(neg_ids.shape)}"
+        )
+    dtype = compute_dtype(query, item_emb)
+    target_emb, neg_emb = gather_rows(item_emb, [targets, neg_ids], dtype)
+    query = query.to(dtype)
+    positive = (query * target_emb).sum(dim=-1)
+    negative = F.softplus(score_negatives(query, neg_emb))
+    negative = negative.masked_fill(neg_ids == targets[:, None], 0.0)
+    return positive_weight * F.softplus(-positive) + negative.sum(dim=-1)
+
+
+class BCELoss(torch.nn.Module):
+    """Binary cross-entropy of each target against ``sampler.num_negatives`` sampled negatives.
+
+    The negatives come from the sampler (per query, or one set shared by the batch with
+    ``shared_negatives``) without any logQ correction: the sigmoid scores every item on its
+    own, so there is no normaliser to estimate. The loss is the batch mean of
+    :func:`binary_cross_entropy_loss`.
+
+    Args:
+        shared_negatives: draw one set of ``sampler.num_negatives`` negatives for the whole
+            batch instead of one per query.
+
+    Raises:
+        ValueError: when called with an exhaustive sampler (``sampler=full``): it draws no
+            negatives.
+
+    Example:
+        >>> from recsys_midx.samplers import UniformSampler
+        >>> loss = BCELoss()(DotHead()(torch.randn(4, 8)), torch.tensor([1, 2, 3, 4]),
+        ...                  torch.randn(11, 8), UniformSampler(10, 1))
+        >>> loss.shape
+        torch.Size([])
+    """
+
+    #: The objective's name in messages, as the ``loss`` config group spells it.
+    name: ClassVar[str] = "bce"
+    #: A sigmoid of the plain dot product.
+    accepted_heads: ClassVar[tuple[type[DotHead], ...]] = (DotHead,)
+    refreshable: ClassVar[bool] = False
+    #: Trains on the sampler's negatives: an exhaustive sampler is refused.
+    needs_negatives: ClassVar[bool] = True
+
+    def __init__(self, shared_negatives: bool = False) -> None:
+        super().__init__()
+        self.shared_negatives = bool(shared_negatives)
+
+    def positive_weight(self, sampler: Sampler) -> float:
+        """The weight of the positive term: 1 for plain binary cross-entropy."""
+        return 1.0
+
+    def forward(
+        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, sampler: Sampler
+    ) -> Tensor:
+        """Scalar loss of a batch: ``output``'s ``[Q, D]`` scaled queries, ``[Q]`` targets, the
+        ``[N+1, D]`` item table and the sampler that draws the negatives."""
+        if sampler.exhaustive:
+            raise ValueError(f"loss={self.name} needs sampled negatives, not sampler=full")
+        draw = draw_shared_negatives if self.shared_negatives else draw_negatives
+        # Exact positives: the positives' log q is never used, so it is not computed.
+        negatives = draw(sampler, output.queries, targets, True)
+        weight = self.positive_weight(sampler)
+        return binary_cross_entropy_loss(
+            output.queries, item_emb, targets, negatives.ids, weight
+        ).mean()
+
+    def extra_repr(self) -> str:
+        return f"shared_negatives={self.shared_negatives}"

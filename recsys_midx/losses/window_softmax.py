@@ -1,0 +1,168 @@
+"""Sampled softmax with negatives drawn per training sequence, outside it, shared by its
+positions: how SASRec+ (Klenitskiy & Vasilev, RecSys 2023) trains with 3,000 negatives.
+
+Each sequence of the batch (a user's window in ``train_samples=last_window``) draws ``M`` ids
+uniformly without replacement among the items it does not hold; every position of the sequence
+is scored against its positive and those ``M`` ids. The proposal is uniform over the items
+outside the window, the same for every negative, so the logQ correction is a constant shift
+and is left out.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from ..heads import DotHead, HeadOutput
+from ..samplers import Sampler
+from ..scoring import compute_dtype
+from .full_softmax import check_scoring_inputs, gather_rows, without_autocast
+
+
+@torch.no_grad()
+def draw_outside_windows(
+    windows: Tensor, num_items: int, num_negatives: int, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
+    """``M`` ids per sequence, uniformly without replacement among the items not in it.
+
+    Random keys for every item, the sequence's own items (and padding id 0) keyed last: the
+    ``M`` smallest keys are a uniform draw without replacement from the rest.
+
+    Args:
+        windows: ``[B, W]`` item ids of each sequence, padded with ``0``.
+        num_items: ``N``.
+        num_negatives: ``M``.
+        generator: random generator on the device of ``windows`` (``None``: the global one).
+
+    Returns:
+        ``[B, M]`` ids in ``1..N``, and a ``[B, M]`` mask of the valid ones (false where a
+        sequence holds more than ``N - M`` items and too few are left).
+
+    Example:
+        >>> ids, valid = draw_outside_windows(torch.tensor([[1, 2, 0]]), 5, 3)
+        >>> sorted(ids[0].tolist()), valid.all().item()
+        ([3, 4, 5], True)
+    """
+    keys = torch.rand(len(windows), num_items + 1, device=windows.device, generator=generator)
+    keys[:, 0] = float("inf")
+    keys.scatter_(1, windows, float("inf"))
+    chosen, ids = keys.topk(min(num_negatives, num_items), dim=1, largest=False)
+    return ids, torch.isfinite(chosen)
+
+
+@without_autocast
+def window_softmax_loss(
+    query: Tensor,
+    item_emb: Tensor,
+    targets: Tensor,
+    positions: Tensor,
+    neg_ids: Tensor,
+    valid: Tensor | None = None,
+) -> Tensor:
+    """Per-query ``logsumexp(s(p), s(n_1..n_M)) - s(p)`` with each sequence's own negatives.
+
+    Args:
+        query: ``[Q, D]`` queries (already divided by any temperature), the positions of
+            ``positions`` in row-major order.
+        item_emb: ``[N+1, D]`` item table, row 0 padding.
+        targets: ``[Q]`` target ids in ``1..N``.
+        positions: ``[B, L]`` boolean, true at the ``Q`` positions that are queries.
+        neg_ids: ``[B, M]`` negatives of each sequence.
+        valid: ``[B, M]`` mask of the negatives that count (``None``: all).
+
+    Returns:
+        ``[Q]`` losses.
+
+    Raises:
+        ValueError: if ``positions`` does not hold ``Q`` queries or ``neg_ids`` has not one row
+            per sequence.
+
+    Example:
+        >>> query, item_emb = torch.zeros(2, 2), torch.zeros(5, 2)
+        >>> loss = window_softmax_loss(query, item_emb, torch.tensor([1, 2]),
+        ...                            torch.tensor([[True, True]]), torch.tensor([[3, 4]]))
+        >>> [round(value, 4) for value in loss.tolist()]  # log 3 each
+        [1.0986, 1.0986]
+    """
+    check_scoring_inputs(query, item_emb, targets)
+    if positions.dtype != torch.bool or int(positions.sum()) != len(query):
+        raise ValueError(f"positions must be a boolean mask of the {len(query)} queries")
+    if neg_ids.dim() != 2 or neg_ids.shape[0] != positions.shape[0]:
+        raise ValueError(
+            f"neg_ids must have shape [{positions.shape[0]}, M], got {tuple(neg_ids.shape)}"
+        )
+    dtype = compute_dtype(query, item_emb)
+    target_emb, neg_emb = gather_rows(item_emb, [targets, neg_ids], dtype)
+    query = query.to(dtype)
+    # Scored per sequence ([B, L, M]) rather than per query: a query's negatives are its
+    # sequence's, and gathering them per query would copy M rows for every position.
+    padded = query.new_zeros(*positions.shape, query.shape[1])
+    padded[positions] = query
+    negative = torch.bmm(padded, neg_emb.transpose(1, 2))
+    if valid is not None:
+        negative = negative.masked_fill(~valid[:, None, :], float("-inf"))
+    negative = negative[positions]
+    positive = (query * target_emb).sum(dim=-1, keepdim=True)
+    return torch.logsumexp(torch.cat([positive, negative], dim=1), dim=1) - positive[:, 0]
+
+
+class WindowSoftmaxLoss(torch.nn.Module):
+    """Softmax cross-entropy over each target and ``sampler.num_negatives`` negatives drawn per
+    training sequence among the items outside it (:func:`draw_outside_windows`), shared by all
+    the sequence's positions, without logQ correction (:func:`window_softmax_loss`).
+
+    The training step hands it each batch's sequences (``windows``: inputs and targets) and
+    which positions are queries (``positions``), as it does for every objective that declares
+    ``per_sequence``. Only ``sampler.num_negatives`` and ``sampler.num_items`` are read: the
+    sampler draws nothing.
+
+    Example:
+        >>> from recsys_midx.samplers import UniformSampler
+        >>> positions = torch.tensor([[False, True, True], [True, True, True]])
+        >>> loss = WindowSoftmaxLoss()(DotHead()(torch.randn(5, 8)), torch.tensor([2, 3, 5, 6, 7]),
+        ...                            torch.randn(21, 8), UniformSampler(20, 4),
+        ...                            windows=torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]]),
+        ...                            positions=positions)
+        >>> loss.shape
+        torch.Size([])
+    """
+
+    #: The objective's name in messages, as the ``loss`` config group spells it.
+    name: ClassVar[str] = "window_softmax"
+    #: A softmax of the plain dot product.
+    accepted_heads: ClassVar[tuple[type[DotHead], ...]] = (DotHead,)
+    refreshable: ClassVar[bool] = False
+    #: Trains on drawn negatives: an exhaustive sampler is refused.
+    needs_negatives: ClassVar[bool] = True
+    #: Called with the batch's sequences (``windows``) and query ``positions``.
+    per_sequence: ClassVar[bool] = True
+
+    def forward(
+        self,
+        output: HeadOutput,
+        targets: Tensor,
+        item_emb: Tensor,
+        sampler: Sampler,
+        *,
+        windows: Tensor,
+        positions: Tensor,
+    ) -> Tensor:
+        """Scalar loss of a batch.
+
+        Args:
+            output: the head's output, ``[Q, D]`` scaled queries.
+            targets: ``[Q]`` target ids.
+            item_emb: ``[N+1, D]`` item table, row 0 padding.
+            sampler: gives ``num_negatives`` and ``num_items``.
+            windows: ``[B, W]`` items of each sequence (padded with ``0``), never drawn for it.
+            positions: ``[B, L]`` boolean, true at the queries' positions (row-major).
+
+        Returns:
+            Scalar loss.
+        """
+        neg_ids, valid = draw_outside_windows(windows, sampler.num_items, sampler.num_negatives)
+        return window_softmax_loss(
+            output.queries, item_emb, targets, positions, neg_ids, valid
+        ).mean()

@@ -1,0 +1,117 @@
+"""Binary cross-entropy (loss=bce) and gBCE (loss=gbce) on sampled negatives."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import TINY_RUN
+
+from recsys_midx.app.experiment import train
+from recsys_midx.app.preflight import check_loss_negatives
+from recsys_midx.errors import ConfigError
+from recsys_midx.heads import DotHead
+from recsys_midx.losses import BCELoss, GBCELoss, binary_cross_entropy_loss, gbce_beta
+from recsys_midx.samplers import FullSampler, UniformSampler
+
+FEW_STEPS = (
+    "trainer.max_epochs=1",
+    "++trainer.limit_train_batches=3",
+    "++trainer.limit_val_batches=1",
+    "++trainer.limit_test_batches=1",
+    "logger=none",
+)
+
+
+def _case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    query = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    item_emb = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)
+    targets = torch.tensor([1, 4, 6])
+    # Query 1 drew its own target once: that draw is left out.
+    neg_ids = torch.tensor([[2, 3], [4, 5], [1, 2]])
+    return query, item_emb, targets, neg_ids
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.3])
+def test_value_and_gradient_match_a_float64_derivation(weight: float) -> None:
+    query, item_emb, targets, neg_ids = _case()
+    loss = binary_cross_entropy_loss(query, item_emb, targets, neg_ids, weight)
+    expected, grad = [], torch.zeros_like(query)
+    for row in range(3):
+        z, positive = query[row].detach(), item_emb[targets[row]].detach()
+        p = torch.sigmoid(z @ positive)
+        value = -weight * torch.log(p)
+        grad[row] -= weight * (1 - p) * positive
+        for item in neg_ids[row].tolist():
+            if item == targets[row]:
+                continue
+            n = torch.sigmoid(z @ item_emb[item].detach())
+            value = value - torch.log(1 - n)
+            grad[row] += n * item_emb[item].detach()
+        expected.append(value)
+    torch.testing.assert_close(loss, torch.stack(expected))
+    loss.sum().backward()
+    torch.testing.assert_close(query.grad, grad)
+
+
+def test_shared_negatives_are_per_query_negatives_repeated() -> None:
+    query, item_emb, targets, _ = _case()
+    shared = torch.tensor([2, 4, 5])
+    torch.testing.assert_close(
+        binary_cross_entropy_loss(query, item_emb, targets, shared),
+        binary_cross_entropy_loss(query, item_emb, targets, shared.expand(3, -1)),
+    )
+
+
+def test_gbce_beta_runs_from_plain_bce_to_the_sampling_rate() -> None:
+    assert gbce_beta(0.0, 10, 101) == pytest.approx(1.0)
+    assert gbce_beta(1.0, 10, 101) == pytest.approx(0.1)
+    assert gbce_beta(0.75, 256, 3417) == pytest.approx(1 - 0.75 * (1 - 256 / 3416))
+
+
+def test_gbce_weighs_the_positive_by_beta() -> None:
+    torch.manual_seed(0)
+    output, targets = DotHead()(torch.randn(5, 8)), torch.tensor([1, 2, 3, 4, 5])
+    item_emb, sampler = torch.randn(21, 8), UniformSampler(20, 4)
+    torch.manual_seed(1)
+    gbce = GBCELoss(calibration=0.5)(output, targets, item_emb, sampler)
+    torch.manual_seed(1)
+    drawn = sampler.sample(output.queries)[0]
+    beta = gbce_beta(0.5, 4, 20)
+    expected = binary_cross_entropy_loss(output.queries, item_emb, targets, drawn, beta).mean()
+    torch.testing.assert_close(gbce, expected)
+
+
+def test_calibration_outside_the_unit_interval_is_refused() -> None:
+    with pytest.raises(ValueError, match="calibration=1.5"):
+        GBCELoss(calibration=1.5)
+
+
+def test_an_exhaustive_sampler_is_refused(compose_config) -> None:
+    with pytest.raises(ValueError, match="loss=bce needs sampled negatives"):
+        BCELoss()(
+            DotHead()(torch.randn(2, 4)), torch.tensor([1, 2]), torch.randn(5, 4), FullSampler(4)
+        )
+    with pytest.raises(ConfigError, match=r"^loss=gbce trains on sampled negatives"):
+        check_loss_negatives(compose_config(["loss=gbce", "sampler=full"]))
+
+
+@pytest.mark.parametrize("loss", ["bce", "gbce"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_debug_run_trains_and_tests(compose_config, tmp_path, loss: str, shared: bool) -> None:
+    cfg = compose_config(
+        [
+            *TINY_RUN,
+            *FEW_STEPS,
+            f"loss={loss}",
+            f"loss.shared_negatives={str(shared).lower()}",
+            "sampler=uniform",
+            "sampler.num_negatives=4",
+        ]
+    )
+    results = train(cfg)
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["config"]["loss"]["_target_"].endswith("BCELoss")
+    assert all(0.0 <= value <= 1.0 for value in results["metrics"].values())
