@@ -12,6 +12,7 @@ import torch
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.index import Codebooks, ProductCodebooks, ResidualCodebooks
+from recsys_midx.index import codebooks as codebooks_module
 from recsys_midx.samplers.cell_draws import factorised_masses
 from recsys_midx.samplers.diagnostics import proposal_divergence
 from recsys_midx.samplers.midx import MIDXSampler
@@ -339,6 +340,16 @@ def test_rq_codes_match_faiss_greedy(encoder_data: torch.Tensor) -> None:
         nearest = torch.cdist(residual, books.codewords[b]).argmin(1)
         assert torch.equal(nearest, codes[:, b])
         residual -= books.codewords[b][nearest]
+
+
+def test_rq_encodes_in_blocks_of_rows(
+    encoder_data: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Residuals are held a block of rows at a time; the codes are those of the whole table."""
+    books = ResidualCodebooks(num_codewords=16, num_codebooks=3, kmeans_iters=4)
+    whole = books.fit(encoder_data)
+    monkeypatch.setattr(codebooks_module, "_RESIDUAL_BLOCK_ELEMENTS", 7 * 16)  # 7 rows
+    assert torch.equal(books.encode(encoder_data), whole)
 
 
 def test_refresh_follows_the_item_table(catalog: dict[str, torch.Tensor]) -> None:

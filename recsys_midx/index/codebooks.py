@@ -30,6 +30,10 @@ from recsys_midx.index.module import IndexModule
 #: Rows encoded at once are capped so that the ``rows x (B*K)`` distance block stays ~16 MiB.
 _ENCODE_BLOCK_ELEMENTS = 1 << 22
 
+#: Rows whose residuals are held at once (RQ encoding) are capped so that a ``rows x D`` block of
+#: residuals stays ~64 MiB, whatever the catalog.
+_RESIDUAL_BLOCK_ELEMENTS = 1 << 24
+
 
 def nearest_codeword(x: Tensor, codewords: Tensor) -> Tensor:
     """Index of the nearest (L2) codeword for each row, computed in row blocks.
@@ -285,12 +289,17 @@ class ResidualCodebooks(Codebooks):
         return torch.stack(levels)
 
     def _encode(self, x: Tensor) -> Tensor:
-        residual = x
         out = torch.empty(x.shape[0], self.num_codebooks, dtype=torch.long, device=x.device)
-        for b, codewords in enumerate(self.codewords):
-            out[:, b] = nearest_codeword(residual, codewords)
-            if b + 1 < self.num_codebooks:
-                residual = residual - codewords[out[:, b]]
+        # Residuals are formed block by block: whole-table ones would be a copy of the table per
+        # level. Each row's codes depend on that row alone, so the blocks change no code.
+        rows = max(1, _RESIDUAL_BLOCK_ELEMENTS // x.shape[1])
+        for start in range(0, x.shape[0], rows):
+            residual = x[start : start + rows]
+            block_codes = out[start : start + rows]
+            for b, codewords in enumerate(self.codewords):
+                block_codes[:, b] = nearest_codeword(residual, codewords)
+                if b + 1 < self.num_codebooks:
+                    residual = residual - codewords[block_codes[:, b]]
         return out
 
     def _codeword_matrix(self) -> Tensor:
