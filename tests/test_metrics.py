@@ -1,13 +1,20 @@
 """Full-ranking evaluation: ranks against hand-computed cases and a brute-force reference."""
 
 import doctest
+import functools
 import math
 
 import pytest
 import torch
+from allocations import LargestAllocation
 
+from recsys_midx.heads import DotHead, MoSHead
+from recsys_midx.lit.seqrec import SeqRecModule
+from recsys_midx.losses.softmax import SoftmaxLoss
 from recsys_midx.metrics import RankingMetrics, metric_names, ranking_metrics, target_ranks
 from recsys_midx.metrics import ranking as ranking_module
+from recsys_midx.models.sasrec import SASRec
+from recsys_midx.samplers.uniform import UniformSampler
 
 # Five items in two dimensions; row 0 is padding. Query (1, 0) scores items by their first
 # coordinate (0.5, 2, 1, -1, 3), query (0, 1) by their second (4, 1, 3, 2, 0).
@@ -233,3 +240,36 @@ def test_accumulator_states_merge_like_processes():
 
 def test_docstring_examples():
     assert doctest.testmod(ranking_module).failed == 0
+
+
+@pytest.mark.parametrize("components", [1, 3])
+def test_an_evaluation_batch_allocates_one_chunk_of_scores_whatever_the_catalog(
+    components: int,
+) -> None:
+    """A validation step over a catalog 25 times larger allocates nothing larger: its largest
+    tensor is the ``[B, chunk + B]`` score block (``B * K`` rows for a mixture of ``K``), never an
+    ``[N, D]`` copy of the table or a ``[B, N]`` score matrix."""
+    batch_size, chunk, dim = 16, 512, 8
+    largest = []
+    for num_items in (2_000, 50_000):
+        torch.manual_seed(0)
+        encoder = SASRec(num_items=num_items, dim=dim, max_len=10)
+        head = DotHead() if components == 1 else MoSHead(dim=dim, num_components=components)
+        module = SeqRecModule(
+            encoder,
+            head,
+            UniformSampler(num_items),
+            SoftmaxLoss(),
+            functools.partial(torch.optim.Adam),
+            eval_chunk_size=chunk,
+        ).eval()
+        generator = torch.Generator().manual_seed(1)
+        batch = {
+            "inputs": torch.randint(1, num_items + 1, (batch_size, 10), generator=generator),
+            "targets": torch.randint(1, num_items + 1, (batch_size,), generator=generator),
+            "history": torch.randint(0, num_items + 1, (batch_size, 10), generator=generator),
+        }
+        with torch.no_grad(), LargestAllocation() as allocation:
+            module.validation_step(batch, 0)
+        largest.append(allocation.nbytes)
+    assert largest[0] == largest[1] <= 4 * components * batch_size * (chunk + batch_size)
