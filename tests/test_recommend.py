@@ -3,18 +3,21 @@ users' histories, the command line, clear errors, and a load that leaves no file
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from allocations import LargestAllocation
 from trained_runs import brute_force, csv_histories, train_custom_run
 
 from recsys_midx import load_run, recommend
-from recsys_midx.app.recommend import COLUMNS, main
+from recsys_midx.app.recommend import COLUMNS, main, recommendation_batches
 from recsys_midx.app.trained import IdMap, LoadedRun, UnknownIdsError
 from recsys_midx.heads import MoSHead
 from recsys_midx.scoring import log_probs
@@ -134,7 +137,9 @@ def test_command_line_writes_parquet_and_csv(
     run_dir: Path, run: LoadedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "recs.parquet"
-    assert main([str(run_dir), "--users", *USERS, "--k", "4", "--out", str(out)]) == 0
+    # Two users per batch: the file is written a batch at a time.
+    argv = [str(run_dir), "--users", *USERS, "--k", "4", "--batch-size", "2", "--out", str(out)]
+    assert main(argv) == 0
     expected = recommend(run, users=USERS, k=4)
     pd.testing.assert_frame_equal(pd.read_parquet(out), expected, check_dtype=False)
 
@@ -188,3 +193,39 @@ def test_scoring_on_a_gpu_gives_the_cpu_recommendations(run_dir: Path) -> None:
     on_gpu = recommend(load_run(run_dir), users=USERS, k=10, device="cuda", chunk_size=13)
     assert on_gpu["item"].tolist() == on_cpu["item"].tolist()
     np.testing.assert_allclose(on_gpu["score"], on_cpu["score"], rtol=1e-4, atol=1e-5)
+
+
+def _with_catalog_of(run: LoadedRun, num_items: int) -> LoadedRun:
+    """``run`` with ``num_items`` items: its own, then random ones of new raw ids."""
+    module = copy.deepcopy(run.module)
+    table = module.encoder.item_emb.weight.detach()
+    extra = torch.randn(
+        num_items + 1 - table.shape[0], table.shape[1], generator=torch.Generator().manual_seed(0)
+    )
+    module.encoder.item_emb = torch.nn.Embedding.from_pretrained(torch.cat((table, extra)))
+    datamodule = SimpleNamespace(num_items=num_items, max_len=run.datamodule.max_len)
+    larger = LoadedRun(run.config, module, datamodule, run.checkpoint)
+    # The id maps and sequences are set as cached: the larger catalog has no processed dataset.
+    raw = np.concatenate((run.items.raw, [f"extra-{i}" for i in range(len(extra))]))
+    larger.__dict__.update(
+        items=IdMap("item", raw.astype(object)), users=run.users, _sequences=run._sequences
+    )
+    return larger
+
+
+def test_every_users_recommendations_allocate_one_chunk_of_scores_whatever_the_catalog(
+    run: LoadedRun,
+) -> None:
+    """Scoring every user against a catalog 20 times larger allocates nothing larger: no
+    ``[users, N]`` scores and no copy of the item table; and no raw-id lookup is built."""
+    largest = []
+    for num_items in (len(run.items) * 50, len(run.items) * 1000):
+        larger = _with_catalog_of(run, num_items)
+        frames = recommendation_batches(larger, users="all", k=3, batch_size=8, chunk_size=16)
+        with LargestAllocation() as allocation:
+            recs = pd.concat(list(frames), ignore_index=True)
+        assert len(recs) == 3 * len(run.all_user_ids())
+        assert "_lookup" not in larger.items.__dict__
+        largest.append(allocation.nbytes)
+    smaller_table_bytes = 4 * len(run.items) * 50 * run.module.encoder.item_table.shape[1]
+    assert largest[0] == largest[1] < smaller_table_bytes

@@ -3,8 +3,10 @@
 ``recommend(run, users=["u1", "u2"], k=10)`` ranks the whole catalog for each user's next item,
 by the model's own ranking scores (the evaluation's order, output head included), from the
 user's full history (training, validation and test items: "what comes next"), leaving out the
-items already in the history. Users are scored in batches and the catalog in chunks, so memory
-stays bounded whatever the number of users and items.
+items already in the history. Users are scored in batches and the catalog in chunks, each
+chunk's top items merged with the best so far, so scoring memory stays bounded whatever the
+number of users and items; :func:`recommendation_batches` hands the batches over one at a time,
+and the command line writes each as it comes.
 
 Command line (``--all`` for every user, ``--histories-file`` for new users)::
 
@@ -16,12 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TextIO
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
@@ -30,7 +34,7 @@ from recsys_midx.data.train_samples import left_padded_windows
 from recsys_midx.lit.seqrec import SeqRecModule
 from recsys_midx.metrics import top_labels
 
-__all__ = ["COLUMNS", "history_queries", "main", "recommend"]
+__all__ = ["COLUMNS", "history_queries", "main", "recommend", "recommendation_batches"]
 
 #: Columns of :func:`recommend`'s frame.
 COLUMNS = ("user", "rank", "item", "score")
@@ -96,6 +100,57 @@ def recommend(
         # 1   u1     2  i0007  6.987654
         ```
     """
+    frames = list(
+        recommendation_batches(
+            run, users, histories, k, exclude_seen, batch_size, chunk_size, device
+        )
+    )
+    if not frames:
+        return _empty_frame()
+    return pd.concat(frames, ignore_index=True)
+
+
+def recommendation_batches(
+    run: RunLike,
+    users: Sequence[object] | Literal["all"] | None = None,
+    histories: Histories | None = None,
+    k: int = 10,
+    exclude_seen: bool = True,
+    batch_size: int = 256,
+    chunk_size: int = 65536,
+    device: str | torch.device | None = None,
+) -> Iterator[pd.DataFrame]:
+    """:func:`recommend`'s frame one batch of ``batch_size`` users at a time.
+
+    A caller that writes each batch out as it comes (as the command line does) holds one
+    batch's recommendations, not every user's. The arguments, ids and histories are checked
+    before this returns, so every error :func:`recommend` raises is raised here too, before the
+    first batch is scored.
+
+    Args:
+        run: as for :func:`recommend`.
+        users: as for :func:`recommend`.
+        histories: as for :func:`recommend`.
+        k: as for :func:`recommend`.
+        exclude_seen: as for :func:`recommend`.
+        batch_size: users per frame, encoded and scored at once.
+        chunk_size: as for :func:`recommend`.
+        device: as for :func:`recommend`.
+
+    Returns:
+        An iterator of frames with :func:`recommend`'s columns, users in the order given; none
+        when no user is asked for.
+
+    Raises:
+        ValueError: as :func:`recommend`.
+        UnknownIdsError: as :func:`recommend`.
+
+    Example:
+        ```python
+        for frame in recommendation_batches("outputs/2026-01-01/12-00-00", users="all"):
+            frame.to_csv(sys.stdout, index=False, header=False)
+        ```
+    """
     run = as_loaded_run(run)
     if not isinstance(run.module, SeqRecModule):
         raise ValueError("recommend needs a sequential recommendation run (task=seqrec)")
@@ -108,30 +163,42 @@ def recommend(
     labels, sequences = _requests(run, users, histories)
     if device is not None:
         run.module.to(torch.device(device))
-    frames = []
+    return _frames(run, labels, sequences, k, exclude_seen, batch_size, chunk_size)
+
+
+def _frames(
+    run: LoadedRun,
+    labels: list[object],
+    sequences: list[np.ndarray],
+    k: int,
+    exclude_seen: bool,
+    batch_size: int,
+    chunk_size: int,
+) -> Iterator[pd.DataFrame]:
+    """Recommendations of ``batch_size`` users at a time (:func:`recommendation_batches`)."""
     for first in range(0, len(sequences), batch_size):
         batch = sequences[first : first + batch_size]
         queries, log_weights = history_queries(run, batch, chunk_size)
         scores, ids = _top_items(queries, log_weights, run, batch, k, exclude_seen, chunk_size)
         rows, ranks = np.nonzero(ids > 0)
-        frames.append(
-            pd.DataFrame(
-                {
-                    "user": pd.Series([labels[first + row] for row in rows], dtype=object),
-                    "rank": (ranks + 1).astype(np.int64),
-                    "item": run.items.raw[ids[rows, ranks]],
-                    "score": scores[rows, ranks].astype(np.float32),
-                }
-            )
-        )
-    if not frames:
-        return pd.DataFrame(
+        yield pd.DataFrame(
             {
-                name: pd.Series(dtype=dtype)
-                for name, dtype in zip(COLUMNS, (object, np.int64, object, np.float32))
+                "user": pd.Series([labels[first + row] for row in rows], dtype=object),
+                "rank": (ranks + 1).astype(np.int64),
+                "item": run.items.raw[ids[rows, ranks]],
+                "score": scores[rows, ranks].astype(np.float32),
             }
         )
-    return pd.concat(frames, ignore_index=True)
+
+
+def _empty_frame() -> pd.DataFrame:
+    """:func:`recommend`'s frame with no rows."""
+    return pd.DataFrame(
+        {
+            name: pd.Series(dtype=dtype)
+            for name, dtype in zip(COLUMNS, (object, np.int64, object, np.float32))
+        }
+    )
 
 
 @torch.no_grad()
@@ -302,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--out must end with .parquet or .csv, got {args.out}")
         histories = _read_histories(args.histories_file) if args.histories_file else None
         run = load_run(args.run_dir, args.data_dir)
-        recs = recommend(
+        batches = recommendation_batches(
             run,
             users="all" if args.all else args.users,
             histories=histories,
@@ -315,14 +382,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UnknownIdsError, ValueError, FileNotFoundError) as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     if args.out is None:
-        recs.to_csv(sys.stdout, index=False)
-    elif args.out.suffix == ".parquet":
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        recs.to_parquet(args.out, index=False)
+        _write_csv(batches, sys.stdout)
     else:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        recs.to_csv(args.out, index=False)
+        if args.out.suffix == ".parquet":
+            _write_parquet(batches, args.out)
+        else:
+            with args.out.open("w", newline="") as stream:
+                _write_csv(batches, stream)
     return 0
+
+
+def _write_csv(batches: Iterator[pd.DataFrame], stream: TextIO) -> None:
+    """Write the frames to ``stream`` as one CSV table, each as it comes."""
+    header = True
+    for frame in batches:
+        frame.to_csv(stream, index=False, header=header)
+        header = False
+    if header:
+        _empty_frame().to_csv(stream, index=False)
+
+
+def _write_parquet(batches: Iterator[pd.DataFrame], path: Path) -> None:
+    """Write the frames to one Parquet file, a row group per frame as it comes."""
+    writer = None
+    try:
+        for frame in batches:
+            if writer is None:
+                schema = pa.Schema.from_pandas(frame, preserve_index=False)
+                writer = pq.ParquetWriter(path, schema)
+            writer.write_table(
+                pa.Table.from_pandas(frame, schema=writer.schema, preserve_index=False)
+            )
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:
+        _empty_frame().to_parquet(path, index=False)
 
 
 if __name__ == "__main__":

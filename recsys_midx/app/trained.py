@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -48,11 +48,12 @@ class IdMap:
 
     kind: str
     raw: np.ndarray
-    _lookup: dict[str, int] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        lookup = {raw_id: internal for internal, raw_id in enumerate(self.raw) if internal > 0}
-        object.__setattr__(self, "_lookup", lookup)
+    @cached_property
+    def _lookup(self) -> dict[str, int]:
+        """Internal id of each raw id, built on the first lookup: recommendations for every
+        user of a large catalog only read :attr:`raw` and never pay for it."""
+        return {raw_id: internal for internal, raw_id in enumerate(self.raw) if internal > 0}
 
     def __len__(self) -> int:
         """``n``, the number of ids (padding excluded)."""
