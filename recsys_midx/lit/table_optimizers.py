@@ -13,8 +13,7 @@ optimization drives, and checkpoints both states.
 
 from __future__ import annotations
 
-from collections import ChainMap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any
 
 import torch
@@ -120,7 +119,7 @@ class TableAndDenseOptimizer(torch.optim.Optimizer):
         super().__init__(params, {})
         self.dense, self.table = dense, table
         self.param_groups = dense.param_groups + table.param_groups
-        self.state = ChainMap(dense.state, table.state)  # type: ignore[assignment]
+        self.state = _States(dense, table)  # type: ignore[assignment]
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
@@ -139,10 +138,38 @@ class TableAndDenseOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.dense.load_state_dict(state_dict["dense"])
         self.table.load_state_dict(state_dict["table"])
-        # Loading replaces the children's groups and states. Update this view in place: a
-        # wrapper (Lightning's) may hold the same list and map.
+        # Loading replaces the children's groups. Update this view in place: a wrapper
+        # (Lightning's) may hold the same list.
         self.param_groups[:] = self.dense.param_groups + self.table.param_groups
-        self.state.maps[:] = [self.dense.state, self.table.state]
+
+
+class _States(MutableMapping[Tensor, Any]):
+    """The per-parameter states of several optimizers as one mapping. Unlike a ``ChainMap`` of
+    their ``defaultdict`` states, reading a parameter adds it to no optimizer's state."""
+
+    def __init__(self, *optimizers: torch.optim.Optimizer) -> None:
+        self.optimizers = optimizers
+
+    def _owner(self, key: Tensor) -> MutableMapping[Tensor, Any]:
+        for optimizer in self.optimizers:
+            if key in optimizer.state:
+                return optimizer.state
+        raise KeyError(key)
+
+    def __getitem__(self, key: Tensor) -> Any:
+        return self._owner(key)[key]
+
+    def __setitem__(self, key: Tensor, value: Any) -> None:
+        self._owner(key)[key] = value
+
+    def __delitem__(self, key: Tensor) -> None:
+        del self._owner(key)[key]
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return (key for optimizer in self.optimizers for key in optimizer.state)
+
+    def __len__(self) -> int:
+        return sum(len(optimizer.state) for optimizer in self.optimizers)
 
 
 _BUILDERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
