@@ -55,10 +55,10 @@ class CatalogModule(L.LightningModule, abc.ABC):
             ``torch.optim.Adam``).
         metrics: the evaluation accumulator; validation uses it, test a fresh copy.
         table_optimizer: ``None`` or ``"dense"`` (the item table is one of the dense
-            optimiser's parameters),
-            or one of :data:`~recsys_midx.lit.table_optimizers.TABLE_OPTIMIZERS`: the encoder's
-            tables then get sparse gradients (only the rows a step reads) and their own
-            row-wise optimiser, stepped with the dense one
+            optimiser's parameters), or one of
+            :data:`~recsys_midx.lit.table_optimizers.TABLE_OPTIMIZERS`: the encoder's tables
+            (``encoder.use_sparse_gradients()``) then get sparse gradients (only the rows a
+            step reads) and their own row-wise optimiser, stepped with the dense one
             (:class:`~recsys_midx.lit.table_optimizers.TableAndDenseOptimizer`).
         table_lr: the table optimiser's learning rate; ``None``: the dense optimiser's.
 
