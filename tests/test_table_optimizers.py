@@ -112,9 +112,11 @@ def _first_step(compose_config, overrides: list[str]):
         [*TINY_RUN, *sampler_overrides("midx_plain")],
         [*TINY_RUN, *sampler_overrides("uniform"), "loss.shared_negatives=true", "head=mos"],
         [*TINY_RUN, *sampler_overrides("uniform"), "loss=edrep"],
+        [*TINY_RUN, *sampler_overrides("uniform"), "loss=bce"],
+        [*TINY_RUN, *sampler_overrides("uniform"), "loss=sce"],
         [*TINY_XC_RUN, *sampler_overrides("uniform")],
     ],
-    ids=["uniform", "midx_plain", "shared-mos", "edrep", "xc"],
+    ids=["uniform", "midx_plain", "shared-mos", "edrep", "bce", "sce", "xc"],
 )
 def test_a_sampled_step_changes_only_the_rows_it_read(compose_config, overrides, table_optimizer):
     module, optimizer, before, read = _first_step(

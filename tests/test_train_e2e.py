@@ -197,8 +197,9 @@ def test_resumed_run_keeps_the_checkpointed_midx_proposal(compose_config, tmp_pa
         sampler_overrides("inbatch"),
         [*sampler_overrides("midx"), "head=moe"],
         [*sampler_overrides("dns"), "+trainer.precision=bf16-mixed"],
+        [*sampler_overrides("uniform"), "loss=window_softmax"],
     ],
-    ids=["inbatch", "midx-moe", "dns-bf16"],
+    ids=["inbatch", "midx-moe", "dns-bf16", "window-softmax"],
 )
 def test_sparse_table_optimizers_train_and_test(compose_config, overrides, table_optimizer):
     cfg = compose_config(
