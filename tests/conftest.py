@@ -33,6 +33,22 @@ TINY_RUN = (
     "task.datamodule.train_samples=last_window",
     "callbacks.progress_bar.refresh_rate=0",
 )
+#: Overrides that make an extreme classification run take a few seconds.
+TINY_XC_RUN = (
+    "task=xc",
+    f"dataset.num_labels={TINY_CATALOG}",
+    "dataset.num_features=300",
+    "dataset.num_train=300",
+    "dataset.num_test=100",
+    "dataset.num_topics=8",
+    "model.dim=16",
+    "model.hidden=[32]",
+    "trainer.max_epochs=2",
+    "trainer.accelerator=cpu",
+    "task.datamodule.batch_size=64",
+    "task.datamodule.eval_batch_size=64",
+    "callbacks.progress_bar.refresh_rate=0",
+)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

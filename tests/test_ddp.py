@@ -114,7 +114,34 @@ def test_broadcast_gives_every_rank_rank_zeros_sampler(tmp_path):
     assert ranks[1]["failure"] == "RuntimeError: rank 0 failed: ValueError: item table holds NaN"
 
 
-def test_ddp_run_evaluates_like_one_process(compose_config, tmp_path):
+def _sparse_gradient_worker(rank: int, port: int, out_dir: str) -> None:
+    """Each rank backpropagates its own rows through a sparse lookup under DDP."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        table = torch.nn.Embedding(10, 3, sparse=True)
+        torch.nn.init.constant_(table.weight, 1.0)
+        model = torch.nn.parallel.DistributedDataParallel(table)
+        model(torch.tensor([[1, 2, 2], [5, 7, 8]][rank])).pow(2).sum().backward()
+        torch.save(table.weight.grad, Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sparse_table_gradients_are_averaged_over_the_ranks(tmp_path):
+    mp.spawn(_sparse_gradient_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
+    grads = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    expected = torch.zeros(10, 3)
+    for rows in ([1, 2, 2], [5, 7, 8]):  # d/dw sum(w^2) = 2 w = 2 per lookup, halved by the mean
+        expected.index_add_(0, torch.tensor(rows), torch.ones(3, 3))
+    for grad in grads:
+        assert grad.is_sparse
+        torch.testing.assert_close(grad.to_dense(), expected)
+
+
+@pytest.mark.parametrize("table_optimizer", ["null", "sparse_adam"])
+def test_ddp_run_evaluates_like_one_process(compose_config, tmp_path, table_optimizer):
+    run = (*DDP_RUN, f"task.module.table_optimizer={table_optimizer}")
     run_dir = tmp_path / "ddp"
     done = subprocess.run(
         [
@@ -122,7 +149,7 @@ def test_ddp_run_evaluates_like_one_process(compose_config, tmp_path):
             "train.py",
             "trainer=ddp",
             "trainer.devices=2",
-            *DDP_RUN,
+            *run,
             f"paths.data_dir={tmp_path / 'data'}",
             f"hydra.run.dir={run_dir}",
         ],
@@ -136,7 +163,7 @@ def test_ddp_run_evaluates_like_one_process(compose_config, tmp_path):
     assert results["config"]["trainer"]["strategy"] == "ddp"
 
     # The same best checkpoint, evaluated by a single process.
-    experiment = build(compose_config(DDP_RUN))
+    experiment = build(compose_config(run))
     checkpoint = results["best_checkpoint"]
     test = experiment.trainer.test(
         experiment.module, experiment.datamodule, ckpt_path=checkpoint, verbose=False

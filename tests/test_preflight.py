@@ -58,6 +58,30 @@ from recsys_midx.errors import ConfigError
             r"optimized_metric=val/p@1 is not a metric the task logs: choose one of val/hr@10, ",
         ),
         (["resume=nowhere/last.ckpt"], r"resume=nowhere/last\.ckpt: no such checkpoint file"),
+        (
+            ["task.module.table_optimizer=sgd"],
+            r"task\.module\.table_optimizer=sgd: choose null, dense, sparse_adam or rowwise_",
+        ),
+        (
+            ["sampler=full", "task.module.table_optimizer=sparse_adam"],
+            r"task\.module\.table_optimizer=sparse_adam needs a sampled softmax: sampler=full",
+        ),
+        (
+            ["task.module.table_optimizer=rowwise_adagrad", "trainer.gradient_clip_val=1.0"],
+            r"trainer\.gradient_clip_val=1\.0 cannot clip the sparse gradients",
+        ),
+        (
+            ["task.module.table_optimizer=sparse_adam", "task.module.optimizer.weight_decay=0.01"],
+            r"task\.module\.optimizer\.weight_decay=0\.01 would not reach the item table",
+        ),
+        (
+            [
+                "loss=edrep",
+                "loss.grad_through_stats=true",
+                "task.module.table_optimizer=sparse_adam",
+            ],
+            r"loss\.grad_through_stats=true reads the whole item table with a gradient",
+        ),
     ],
     ids=[
         "ks-without-monitor",
@@ -76,6 +100,11 @@ from recsys_midx.errors import ConfigError
         "required-path",
         "optimized-metric",
         "resume-path",
+        "table-optimizer",
+        "table-optimizer-exact",
+        "table-optimizer-clipping",
+        "table-optimizer-weight-decay",
+        "table-optimizer-edrep-stats",
     ],
 )
 def test_preflight_names_the_setting_as_the_user_writes_it(compose_config, overrides, message):
@@ -100,6 +129,9 @@ def test_preflight_names_the_setting_as_the_user_writes_it(compose_config, overr
         ["optimized_metric=test/ndcg@20"],
         ["optimized_metric=null"],
         ["resume=auto"],
+        ["task.module.table_optimizer=dense", "sampler=full"],
+        ["task.module.table_optimizer=sparse_adam"],
+        ["task=xc", "task.module.table_optimizer=rowwise_adagrad"],
     ],
 )
 def test_preflight_accepts_working_setups(compose_config, overrides):

@@ -59,6 +59,17 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return root / "data", train(_config(root / "run", root / "data"))
 
 
+#: Both optimizers' states (the dense one's and the item table's) must come back on resume.
+SPARSE = ("task.module.table_optimizer=sparse_adam",)
+
+
+@pytest.fixture(scope="module")
+def sparse_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The data folder and the results of an uninterrupted run of ``RUN`` with ``SPARSE``."""
+    root = tmp_path_factory.mktemp("sparse_reference")
+    return root / "data", train(_config(root / "run", root / "data", *SPARSE))
+
+
 def _checkpoint_step(path: Path) -> int:
     """The global step of a checkpoint, or -1 while there is none."""
     try:
@@ -68,8 +79,13 @@ def _checkpoint_step(path: Path) -> int:
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path, reference):
-    data_dir, reference = reference
+@pytest.mark.parametrize(
+    ("fixture", "overrides"), [("reference", ()), ("sparse_reference", SPARSE)]
+)
+def test_killed_run_resumes_to_the_metrics_of_an_uninterrupted_run(
+    tmp_path, request, fixture, overrides
+):
+    data_dir, reference = request.getfixturevalue(fixture)
 
     # Kill train.py with SIGKILL while it is blocked inside the second epoch (tests/pausing.py),
     # after its step checkpoints up to that point are on disk.
@@ -90,6 +106,7 @@ def test_killed_run_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path, ref
                 sys.executable,
                 "train.py",
                 *RUN,
+                *overrides,
                 f"paths.data_dir={data_dir}",
                 f"hydra.run.dir={run_dir}",
                 "+callbacks.pause._target_=pausing.PauseBeforeStep",
@@ -112,7 +129,7 @@ def test_killed_run_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path, ref
     assert not (run_dir / "results.json").exists()
     assert _checkpoint_step(last) == kill_at  # mid-epoch: STEPS_PER_EPOCH < kill_at < 2 * ...
 
-    resumed = train(_config(run_dir, data_dir, "resume=auto"))
+    resumed = train(_config(run_dir, data_dir, "resume=auto", *overrides))
 
     assert resumed["metrics"] == pytest.approx(reference["metrics"], abs=1e-6, rel=0)
     assert resumed["best_epoch"] == reference["best_epoch"]

@@ -187,3 +187,28 @@ def test_resumed_run_keeps_the_checkpointed_midx_proposal(compose_config, tmp_pa
     assert saved.keys() == resumed.keys()
     for key, value in saved.items():
         assert torch.equal(resumed[key], value), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table_optimizer", ["sparse_adam", "rowwise_adagrad"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        sampler_overrides("inbatch"),
+        [*sampler_overrides("midx"), "head=moe"],
+        [*sampler_overrides("dns"), "+trainer.precision=bf16-mixed"],
+        [*sampler_overrides("uniform"), "loss=window_softmax"],
+    ],
+    ids=["inbatch", "midx-moe", "dns-bf16", "window-softmax"],
+)
+def test_sparse_table_optimizers_train_and_test(compose_config, overrides, table_optimizer):
+    cfg = compose_config(
+        [
+            *TINY_RUN,
+            *overrides,
+            f"task.module.table_optimizer={table_optimizer}",
+            "task.module.table_lr=0.05",
+        ]
+    )
+    results = train(cfg)
+    assert all(0.0 <= value <= 1.0 for value in results["metrics"].values())

@@ -5,27 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import TINY_CATALOG, sampler_overrides
+from conftest import TINY_XC_RUN, sampler_overrides
 from hydra.errors import InstantiationException
 
 from recsys_midx.app.experiment import build, train
-
-#: Overrides that make an extreme classification run take a few seconds.
-TINY_XC_RUN = (
-    "task=xc",
-    f"dataset.num_labels={TINY_CATALOG}",
-    "dataset.num_features=300",
-    "dataset.num_train=300",
-    "dataset.num_test=100",
-    "dataset.num_topics=8",
-    "model.dim=16",
-    "model.hidden=[32]",
-    "trainer.max_epochs=2",
-    "trainer.accelerator=cpu",
-    "task.datamodule.batch_size=64",
-    "task.datamodule.eval_batch_size=64",
-    "callbacks.progress_bar.refresh_rate=0",
-)
 
 SAMPLERS = {"full": "FullSampler", "uniform": "UniformSampler", "midx": "MIDXSampler"}
 

@@ -25,6 +25,7 @@ from recsys_midx.app import step_memory
 from recsys_midx.app.threads import processes_per_machine
 from recsys_midx.errors import ConfigError
 from recsys_midx.lit.checkpointing import RESUME_AUTO
+from recsys_midx.lit.table_optimizers import TABLE_OPTIMIZERS
 from recsys_midx.lit.xc import XCModule
 from recsys_midx.metrics.ranking import metric_names
 from recsys_midx.metrics.xc import xc_metric_names
@@ -191,6 +192,42 @@ def check_loss_negatives(cfg: DictConfig) -> None:
         )
 
 
+def check_table_optimizer(cfg: DictConfig) -> None:
+    """A sparse table optimizer (``task.module.table_optimizer``) is known and goes with what
+    the run asks of the table: a sampled softmax (the exact one reads every row), no gradient
+    clipping (torch computes no norm of a sparse gradient), no weight decay (the row-wise
+    optimizers have none, so the table would silently go without) and no gradient through
+    EDRep's cluster statistics (a dense read of the whole table)."""
+    name = cfg.task.module.get("table_optimizer")
+    if name is None or name == "dense":
+        return
+    setting = f"task.module.table_optimizer={name}"
+    if name not in TABLE_OPTIMIZERS:
+        raise ConfigError(f"{setting}: choose null, dense, {' or '.join(TABLE_OPTIMIZERS)}")
+    if getattr(get_class(cfg.sampler._target_), "exhaustive", False):
+        raise ConfigError(
+            f"{setting} needs a sampled softmax: sampler=full reads every row of the item "
+            "table; choose a sampler or task.module.table_optimizer=null"
+        )
+    clip = cfg.trainer.get("gradient_clip_val")
+    if clip:
+        raise ConfigError(
+            f"trainer.gradient_clip_val={clip} cannot clip the sparse gradients of {setting}: "
+            "set trainer.gradient_clip_val=null or task.module.table_optimizer=null"
+        )
+    decay = cfg.task.module.optimizer.get("weight_decay")
+    if decay:
+        raise ConfigError(
+            f"task.module.optimizer.weight_decay={decay} would not reach the item table under "
+            f"{setting}: set it to 0 or task.module.table_optimizer=null"
+        )
+    if cfg.loss.get("grad_through_stats"):
+        raise ConfigError(
+            f"loss.grad_through_stats=true reads the whole item table with a gradient, which "
+            f"{setting} cannot update: set loss.grad_through_stats=false"
+        )
+
+
 def check_not_multirun_ddp(cfg: DictConfig) -> None:
     """No Hydra sweep (``-m``) whose jobs would start several DDP processes.
 
@@ -281,6 +318,7 @@ CHECKS: tuple[Callable[[DictConfig], None], ...] = (
     check_optimized_metric,
     check_sampler,
     check_loss_negatives,
+    check_table_optimizer,
     check_resume,
     check_not_multirun_ddp,
     check_memory,

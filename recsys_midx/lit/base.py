@@ -16,6 +16,11 @@ from torch import Tensor, nn
 
 from recsys_midx.distributed import broadcast_module_state, raise_on_every_rank
 from recsys_midx.heads import Head, HeadOutput, optimizer_param_groups
+from recsys_midx.lit.table_optimizers import (
+    TABLE_OPTIMIZERS,
+    TableAndDenseOptimizer,
+    build_table_optimizer,
+)
 from recsys_midx.protocols import CatalogDataModule, NegativeSampler, Objective, RefreshableIndex
 from recsys_midx.scoring import ranking_queries
 
@@ -49,9 +54,18 @@ class CatalogModule(L.LightningModule, abc.ABC):
         optimizer: a callable building the optimiser from parameters (e.g. a partial
             ``torch.optim.Adam``).
         metrics: the evaluation accumulator; validation uses it, test a fresh copy.
+        table_optimizer: ``None`` or ``"dense"`` (the item table is one of the dense
+            optimiser's parameters), or one of
+            :data:`~recsys_midx.lit.table_optimizers.TABLE_OPTIMIZERS`: the encoder's tables
+            (``encoder.use_sparse_gradients()``) then get sparse gradients (only the rows a
+            step reads) and their own row-wise optimiser, stepped with the dense one
+            (:class:`~recsys_midx.lit.table_optimizers.TableAndDenseOptimizer`).
+        table_lr: the table optimiser's learning rate; ``None``: the dense optimiser's.
 
     Raises:
         TypeError: if ``loss`` does not accept ``head`` (e.g. ``head=mos`` with ``loss=edrep``).
+        ValueError: if ``table_optimizer`` is unknown, or set with an exhaustive sampler (the
+            exact softmax reads every row).
 
     Example:
         >>> class PointModule(CatalogModule):
@@ -73,7 +87,21 @@ class CatalogModule(L.LightningModule, abc.ABC):
         loss: Objective,
         optimizer: OptimizerFactory,
         metrics: torchmetrics.Metric,
+        table_optimizer: str | None = None,
+        table_lr: float | None = None,
     ) -> None:
+        if table_optimizer == "dense":
+            table_optimizer = None
+        if table_optimizer is not None and table_optimizer not in TABLE_OPTIMIZERS:
+            raise ValueError(
+                f"task.module.table_optimizer={table_optimizer}: choose null, dense, "
+                f"{' or '.join(TABLE_OPTIMIZERS)}"
+            )
+        if table_optimizer is not None and sampler.exhaustive:
+            raise ValueError(
+                f"task.module.table_optimizer={table_optimizer} needs a sampled softmax: the "
+                "exact one (sampler=full) reads every row of the item table"
+            )
         if not isinstance(head, loss.accepted_heads):
             accepted = ", ".join(f"head={kind.name}" for kind in loss.accepted_heads)
             raise TypeError(
@@ -85,6 +113,11 @@ class CatalogModule(L.LightningModule, abc.ABC):
         self.sampler = sampler
         self.loss = loss
         self.optimizer_factory = optimizer
+        self.table_optimizer = table_optimizer
+        self.table_lr = table_lr
+        self.sparse_tables: list[nn.Parameter] = (
+            [] if table_optimizer is None else encoder.use_sparse_gradients()
+        )
         self.val_metrics = metrics
         self.test_metrics = metrics.clone()
 
@@ -194,7 +227,20 @@ class CatalogModule(L.LightningModule, abc.ABC):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         # Heads with their own learning rate (PLIF's slopes) get their own parameter group.
-        return self.optimizer_factory(optimizer_param_groups(self))
+        groups = optimizer_param_groups(self)
+        if self.table_optimizer is None:
+            return self.optimizer_factory(groups)
+        tables = {id(table) for table in self.sparse_tables}
+        dense = self.optimizer_factory(
+            [
+                {**group, "params": [p for p in group["params"] if id(p) not in tables]}
+                for group in groups
+            ]
+        )
+        lr = dense.defaults["lr"] if self.table_lr is None else self.table_lr
+        return TableAndDenseOptimizer(
+            dense, build_table_optimizer(self.table_optimizer, self.sparse_tables, lr)
+        )
 
     def _log_metrics(self, prefix: str, metrics: torchmetrics.Metric) -> None:
         self.log_dict(

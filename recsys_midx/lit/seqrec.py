@@ -33,6 +33,9 @@ class SeqRecModule(CatalogModule):
         exclude_seen: remove each user's history items from the evaluation ranking.
         ks: cut-offs of the ranking metrics.
         eval_chunk_size: items scored at a time during evaluation (bounds memory).
+        table_optimizer: ``None`` (dense), ``"sparse_adam"`` or ``"rowwise_adagrad"``: see
+            :class:`~recsys_midx.lit.base.CatalogModule`.
+        table_lr: the table optimizer's learning rate (``None``: the dense optimizer's).
 
     Raises:
         TypeError: if ``loss`` does not accept ``head``.
@@ -54,8 +57,12 @@ class SeqRecModule(CatalogModule):
         exclude_seen: bool = True,
         ks: Sequence[int] = (10, 20),
         eval_chunk_size: int = 65536,
+        table_optimizer: str | None = None,
+        table_lr: float | None = None,
     ) -> None:
-        super().__init__(encoder, head, sampler, loss, optimizer, RankingMetrics(ks))
+        super().__init__(
+            encoder, head, sampler, loss, optimizer, RankingMetrics(ks), table_optimizer, table_lr
+        )
         self.exclude_seen = exclude_seen
         self.eval_chunk_size = eval_chunk_size
 

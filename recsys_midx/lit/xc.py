@@ -39,6 +39,9 @@ class XCModule(CatalogModule):
             ``torch.optim.Adam``).
         ks: cut-offs of the metrics.
         eval_chunk_size: labels scored at a time during evaluation (bounds memory).
+        table_optimizer: ``None`` (dense), ``"sparse_adam"`` or ``"rowwise_adagrad"``: see
+            :class:`~recsys_midx.lit.base.CatalogModule`.
+        table_lr: the table optimizer's learning rate (``None``: the dense optimizer's).
 
     Raises:
         TypeError: if ``loss`` is neither a :class:`~recsys_midx.losses.MultiLabelSoftmaxLoss`
@@ -62,6 +65,8 @@ class XCModule(CatalogModule):
         optimizer: OptimizerFactory,
         ks: Sequence[int] = (1, 3, 5),
         eval_chunk_size: int = 65536,
+        table_optimizer: str | None = None,
+        table_lr: float | None = None,
     ) -> None:
         # EDRepLoss takes [Q, P] positives as well as [Q] targets.
         if not isinstance(loss, (MultiLabelSoftmaxLoss, EDRepLoss)):
@@ -69,7 +74,9 @@ class XCModule(CatalogModule):
                 f"XCModule needs a MultiLabelSoftmaxLoss (loss=multilabel_softmax) or an "
                 f"EDRepLoss (loss=edrep), got {type(loss).__name__}"
             )
-        super().__init__(encoder, head, sampler, loss, optimizer, XCMetrics(ks))
+        super().__init__(
+            encoder, head, sampler, loss, optimizer, XCMetrics(ks), table_optimizer, table_lr
+        )
         self.eval_chunk_size = eval_chunk_size
         weights = torch.ones(encoder.num_labels + 1)
         weights[0] = 0.0

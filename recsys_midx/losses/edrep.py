@@ -50,7 +50,7 @@ from torch import Tensor
 from ..heads import DotHead, HeadOutput
 from ..index import IndexModule, ResidualCodebooks
 from ..samplers import Sampler
-from ..scoring import compute_dtype
+from ..scoring import compute_dtype, lookup_rows
 from .full_softmax import check_scoring_inputs
 from .multilabel import _positive_entries
 
@@ -361,7 +361,7 @@ class EDRepLoss(IndexModule):
         z = query.to(dtype)
         counts, means, covariances = self.statistics(item_emb, dtype)
         mean, variance = score_moments(z, means, covariances)
-        pos_emb = F.embedding(ids, item_emb).to(dtype)
+        pos_emb = lookup_rows(item_emb, ids).to(dtype)
         pos_scores = (z[rows] * pos_emb).sum(dim=1)
         if not self.exact_positives:
             log_z = torch.logsumexp(counts.log() + mean + 0.5 * variance, dim=1)

@@ -19,6 +19,7 @@ from ..scoring import (
     catalog_logsumexp,
     compute_dtype,
     head_logsumexp,
+    lookup_rows,
     mixture_log_prob,
 )
 
@@ -31,10 +32,11 @@ def gather_rows(item_emb: Tensor, ids: list[Tensor], dtype: torch.dtype) -> list
     to ``dtype``, from one lookup of the table.
 
     Every lookup of the table gives backward a dense ``[N+1, D]`` gradient to fill and add, which
-    at a million items costs more than the scores themselves; one lookup makes one. Only the
-    gathered rows are cast, never the table.
+    at a million items costs more than the scores themselves; one lookup makes one (or, for a
+    table marked by :func:`~recsys_midx.scoring.mark_sparse_rows`, a sparse gradient of the
+    gathered rows only). Only the gathered rows are cast, never the table.
     """
-    rows = F.embedding(torch.cat([part.reshape(-1) for part in ids]), item_emb).to(dtype)
+    rows = lookup_rows(item_emb, torch.cat([part.reshape(-1) for part in ids])).to(dtype)
     chunks = rows.split([part.numel() for part in ids])
     return [chunk.view(*part.shape, item_emb.shape[1]) for chunk, part in zip(chunks, ids)]
 

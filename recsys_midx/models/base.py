@@ -7,6 +7,8 @@ import abc
 import torch
 from torch import Tensor, nn
 
+from recsys_midx.scoring import mark_sparse_rows
+
 
 class SequenceEncoder(nn.Module, abc.ABC):
     """Base class of sequential encoders that share one item table between input and output.
@@ -39,6 +41,17 @@ class SequenceEncoder(nn.Module, abc.ABC):
     def item_table(self) -> Tensor:
         """The shared item table ``[N+1, D]`` (row 0 is padding)."""
         return self.item_emb.weight
+
+    def use_sparse_gradients(self) -> list[nn.Parameter]:
+        """Give the item table a sparse gradient: only the rows a step reads, by the input lookup
+        and by the losses (:func:`~recsys_midx.scoring.lookup_rows`).
+
+        Returns:
+            The tables whose gradients are now sparse, for a row-wise optimizer.
+        """
+        self.item_emb.sparse = True
+        mark_sparse_rows(self.item_emb.weight)
+        return [self.item_emb.weight]
 
     @abc.abstractmethod
     def forward(self, item_seq: Tensor) -> Tensor:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from recsys_midx.scoring import mark_sparse_rows
+
 
 class XCEncoder(nn.Module):
     """Sparse feature vectors in, one query vector per point out; owns the label table.
@@ -82,6 +84,17 @@ class XCEncoder(nn.Module):
     def item_table(self) -> Tensor:
         """The label table ``[L+1, D]`` (row 0 is padding)."""
         return self.label_emb.weight
+
+    def use_sparse_gradients(self) -> list[nn.Parameter]:
+        """Give the label and feature tables sparse gradients: only the rows a step reads (the
+        batch's features; its positives and negatives, by :func:`~recsys_midx.scoring.lookup_rows`).
+
+        Returns:
+            The tables whose gradients are now sparse, for a row-wise optimizer.
+        """
+        self.feature_emb.sparse = True
+        mark_sparse_rows(self.label_emb.weight)
+        return [self.label_emb.weight, self.feature_emb.weight]
 
     def forward(self, indices: Tensor, offsets: Tensor, weights: Tensor) -> Tensor:
         """Encode a batch of sparse feature vectors.

@@ -5,13 +5,15 @@ forward and backward (:func:`catalog_logsumexp` for the dot product, :func:`head
 a head's transformed scores and mixture components); the mixtures of softmaxes
 (:func:`as_components`, :func:`mixture_log_prob`, :func:`catalog_scores`); and a head's model
 over the catalog (:func:`ranking_queries` for evaluation and inference, :func:`log_probs` for
-the diagnostics). The objectives, the metrics, the Lightning modules and the analysis build on
-it; it imports nothing else of the toolkit, so any of them loads it without the others.
+the diagnostics); and the row lookups of a table whose gradient may be sparse
+(:func:`lookup_rows`). The objectives, the metrics, the Lightning modules and the analysis build
+on it; it imports nothing else of the toolkit, so any of them loads it without the others.
 """
 
 from .head_model import log_probs, ranking_queries
 from .logsumexp import Transform, catalog_logsumexp, compute_dtype, head_logsumexp
 from .mixtures import as_components, catalog_scores, check_mixture, mixture_log_prob
+from .rows import has_sparse_rows, lookup_rows, mark_sparse_rows
 
 __all__ = [
     "Transform",
@@ -20,8 +22,11 @@ __all__ = [
     "catalog_scores",
     "check_mixture",
     "compute_dtype",
+    "has_sparse_rows",
     "head_logsumexp",
     "log_probs",
+    "lookup_rows",
+    "mark_sparse_rows",
     "mixture_log_prob",
     "ranking_queries",
 ]

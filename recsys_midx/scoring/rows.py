@@ -1,0 +1,45 @@
+"""Row lookups of an item table whose gradient may be sparse.
+
+A sampled step reads a few rows of the table; with a sparse table optimizer the table's gradient
+must hold only those rows, which every lookup of the step then has to produce as a sparse
+gradient (a dense and a sparse gradient of one table add up to a dense one). The table carries
+that choice itself, so every reader of it (the encoder's input lookup, the losses) agrees.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+_SPARSE_ROWS = "sparse_rows"
+
+
+def mark_sparse_rows(table: nn.Parameter) -> None:
+    """Make every :func:`lookup_rows` of ``table`` give it a sparse gradient."""
+    setattr(table, _SPARSE_ROWS, True)
+
+
+def has_sparse_rows(table: Tensor) -> bool:
+    """Whether ``table`` was marked by :func:`mark_sparse_rows`."""
+    return bool(getattr(table, _SPARSE_ROWS, False))
+
+
+def lookup_rows(table: Tensor, ids: Tensor) -> Tensor:
+    """``table[ids]`` (shape ``ids.shape + (D,)``), with a sparse gradient for a marked table.
+
+    Args:
+        table: ``[N+1, D]`` item table.
+        ids: integer ids of any shape.
+
+    Returns:
+        The rows, in the table's dtype.
+
+    Example:
+        >>> import torch
+        >>> table = nn.Parameter(torch.randn(5, 3))
+        >>> mark_sparse_rows(table)
+        >>> lookup_rows(table, torch.tensor([1, 3])).sum().backward()
+        >>> table.grad.is_sparse, table.grad.coalesce().indices().tolist()
+        (True, [[1, 3]])
+    """
+    return F.embedding(ids, table, sparse=has_sparse_rows(table))

@@ -1,0 +1,172 @@
+"""Sparse item-table updates: the row-wise optimizers against re-derivations, a sampled step
+that changes only the rows it read, and the dense default left as it was."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import TINY_RUN, TINY_XC_RUN, sampler_overrides
+from torch import nn
+
+from recsys_midx.app.experiment import build
+from recsys_midx.lit.table_optimizers import RowwiseAdagrad, TableAndDenseOptimizer
+from recsys_midx.scoring import lookup_rows, mark_sparse_rows
+
+ROWS, DIM, STEPS = 12, 4, 5
+
+
+def _batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per step: ids with repeats (their gradients add up) and the weights of a linear loss."""
+    generator = torch.Generator().manual_seed(0)
+    return [
+        (
+            torch.randint(1, ROWS, (7,), generator=generator),
+            torch.randn(7, DIM, generator=generator, dtype=torch.float64),
+        )
+        for _ in range(STEPS)
+    ]
+
+
+def _train(optimizer_class: type[torch.optim.Optimizer], **options: float) -> torch.Tensor:
+    """The float32 table after STEPS sparse steps of ``optimizer_class``."""
+    table = nn.Parameter(torch.linspace(-1, 1, ROWS * DIM).view(ROWS, DIM))
+    mark_sparse_rows(table)
+    optimizer = optimizer_class([table], **options)
+    for ids, weights in _batches():
+        optimizer.zero_grad()
+        (lookup_rows(table, ids) * weights.float()).sum().backward()
+        assert table.grad.is_sparse
+        optimizer.step()
+    return table.detach()
+
+
+def _row_gradients(ids: torch.Tensor, weights: torch.Tensor) -> dict[int, torch.Tensor]:
+    rows: dict[int, torch.Tensor] = {}
+    for i, w in zip(ids.tolist(), weights):
+        rows[i] = rows.get(i, torch.zeros(DIM, dtype=torch.float64)) + w
+    return rows
+
+
+def test_sparse_adam_is_lazy_adam_in_float64():
+    lr, (beta1, beta2), eps = 0.05, (0.9, 0.999), 1e-8
+    table = torch.linspace(-1, 1, ROWS * DIM, dtype=torch.float64).view(ROWS, DIM)
+    m, v = torch.zeros_like(table), torch.zeros_like(table)
+    for step, (ids, weights) in enumerate(_batches(), start=1):
+        for i, g in _row_gradients(ids, weights).items():  # only the rows the step touched
+            m[i] = beta1 * m[i] + (1 - beta1) * g
+            v[i] = beta2 * v[i] + (1 - beta2) * g * g
+            m_hat, v_hat = m[i] / (1 - beta1**step), v[i] / (1 - beta2**step)
+            table[i] -= lr * m_hat / (v_hat.sqrt() + eps)
+    trained = _train(torch.optim.SparseAdam, lr=lr)
+    torch.testing.assert_close(trained.double(), table, atol=1e-6, rtol=1e-6)
+
+
+def test_rowwise_adagrad_matches_a_rederivation():
+    lr, eps = 0.1, 1e-8
+    table = torch.linspace(-1, 1, ROWS * DIM, dtype=torch.float64).view(ROWS, DIM)
+    accumulator = torch.zeros(ROWS, dtype=torch.float64)
+    for ids, weights in _batches():
+        for i, g in _row_gradients(ids, weights).items():
+            accumulator[i] += (g * g).mean()
+            table[i] -= lr * g / (accumulator[i].sqrt() + eps)
+    trained = _train(RowwiseAdagrad, lr=lr, eps=eps)
+    torch.testing.assert_close(trained.double(), table, atol=1e-6, rtol=1e-6)
+
+
+def test_rowwise_adagrad_refuses_a_dense_gradient():
+    table = nn.Parameter(torch.ones(3, 2))
+    table.sum().backward()
+    with pytest.raises(RuntimeError, match="needs sparse gradients"):
+        RowwiseAdagrad([table]).step()
+
+
+def _first_step(compose_config, overrides: list[str]):
+    """A built module after one training step by hand, with the table before the step, the
+    rows its gradient held and the optimizer."""
+    experiment = build(compose_config(overrides))
+    module = experiment.module
+    table = module.encoder.item_table
+    for index in module.indexes:
+        index.update(table.detach(), experiment.datamodule.item_counts)
+    optimizer = module.configure_optimizers()
+    batch = next(iter(experiment.datamodule.train_dataloader()))
+    optimizer.zero_grad()
+    if "labels" in batch:
+        loss = module.objective(module.encode(batch), batch["labels"])
+        read = batch["labels"]
+    else:
+        inputs, targets = batch["inputs"], batch["targets"]
+        is_query = (targets > 0) & (inputs > 0)
+        loss = module.objective(module.encoder(inputs)[is_query], targets[is_query])
+        read = torch.cat([inputs.flatten(), targets.flatten()])
+    before = table.detach().clone()
+    loss.backward()
+    return module, optimizer, before, read[read > 0].unique()
+
+
+@pytest.mark.parametrize("table_optimizer", ["sparse_adam", "rowwise_adagrad"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [*TINY_RUN, *sampler_overrides("uniform")],
+        [*TINY_RUN, *sampler_overrides("midx_plain")],
+        [*TINY_RUN, *sampler_overrides("uniform"), "loss.shared_negatives=true", "head=mos"],
+        [*TINY_RUN, *sampler_overrides("uniform"), "loss=edrep"],
+        [*TINY_RUN, *sampler_overrides("uniform"), "loss=bce"],
+        [*TINY_RUN, *sampler_overrides("uniform"), "loss=sce"],
+        [*TINY_XC_RUN, *sampler_overrides("uniform")],
+    ],
+    ids=["uniform", "midx_plain", "shared-mos", "edrep", "bce", "sce", "xc"],
+)
+def test_a_sampled_step_changes_only_the_rows_it_read(compose_config, overrides, table_optimizer):
+    module, optimizer, before, read = _first_step(
+        compose_config, [*overrides, f"task.module.table_optimizer={table_optimizer}"]
+    )
+    table = module.encoder.item_table
+    assert isinstance(optimizer, TableAndDenseOptimizer)
+    assert all(
+        p.grad is None or not p.grad.is_sparse
+        for g in optimizer.dense.param_groups
+        for p in g["params"]
+    )
+    assert table.grad.is_sparse
+    touched = table.grad.coalesce().indices()[0].unique()
+    assert set(read.tolist()) <= set(touched.tolist())
+    assert 0 not in touched.tolist()
+    optimizer.step()
+    untouched = torch.ones(table.shape[0], dtype=torch.bool)
+    untouched[touched] = False
+    assert untouched.any()
+    assert torch.equal(table.detach()[untouched], before[untouched])
+    assert not torch.equal(table.detach()[touched], before[touched])
+    state = optimizer.table.state[table]
+    if table_optimizer == "rowwise_adagrad":  # one float per row, non-zero where touched
+        assert set(state) == {"sum"} and state["sum"].shape == (table.shape[0],)
+        assert bool((state["sum"][touched] > 0).all()) and not state["sum"][untouched].any()
+    else:
+        assert not state["exp_avg"][untouched].any() and not state["exp_avg_sq"][untouched].any()
+
+
+def test_dense_default_keeps_one_optimizer_over_every_parameter(compose_config):
+    module, optimizer, _, _ = _first_step(
+        compose_config, [*TINY_RUN, *sampler_overrides("uniform")]
+    )
+    assert type(optimizer) is torch.optim.Adam
+    assert [p for g in optimizer.param_groups for p in g["params"]] == list(module.parameters())
+    assert not module.encoder.item_table.grad.is_sparse
+
+
+def test_composite_checkpoints_both_states(compose_config):
+    overrides = [
+        *TINY_RUN,
+        *sampler_overrides("uniform"),
+        "task.module.table_optimizer=sparse_adam",
+    ]
+    module, optimizer, _, _ = _first_step(compose_config, overrides)
+    optimizer.step()
+    saved = optimizer.state_dict()
+    _, restored, _, _ = _first_step(compose_config, overrides)
+    restored.load_state_dict(saved)
+    assert restored.state_dict()["table"]["state"][0]["step"] == 1
+    assert len(restored.state) == len(optimizer.state)
+    assert [g["lr"] for g in restored.param_groups] == [g["lr"] for g in optimizer.param_groups]
