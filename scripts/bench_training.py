@@ -20,6 +20,8 @@ A sampler is any ``sampler=`` config (``full``, ``uniform``, ``popularity``, ``m
 mixed in, their number sized from the catalog (``exact_top_items``), and the positive counted
 exactly as that option wants. ``midx+topT`` fixes ``exact_top_codewords=T`` instead
 (``midx+top0``: none, the positive logQ-corrected).
+``uniform/rowwise_adagrad`` (or ``/sparse_adam``) gives the item table its own optimizer
+(``task.module.table_optimizer``): sparse gradients, only the rows a step read updated.
 ``--shared-negatives`` draws one set of negatives per batch instead of one per query
 (``loss.shared_negatives=true``). ``--train-samples`` builds the batches as
 ``task.datamodule.train_samples`` does: ``last_window`` (every position of each user's last
@@ -32,6 +34,8 @@ Example:
     python scripts/bench_training.py --sizes 1e6 --samplers uniform midx midx+top1 --steps 2
     python scripts/bench_training.py --sizes 1e6 --samplers uniform midx --train-samples prefixes \
         --batch-size 512 --negatives 32
+    python scripts/bench_training.py --sizes 1e5 1e7 --samplers uniform uniform/sparse_adam \
+        uniform/rowwise_adagrad
 """
 
 from __future__ import annotations
@@ -63,18 +67,34 @@ CONF_DIR = Path(recsys_midx.conf.__file__).parent
 #: The ``sampler=`` configs.
 SAMPLERS = sorted(path.stem for path in (CONF_DIR / "sampler").glob("*.yaml"))
 _EXACT_TOP = re.compile(r"midx\+top(\d+)")
+#: The item table's own optimizers (``task.module.table_optimizer``), named after a sampler as
+#: ``uniform/rowwise_adagrad``; without one the table is one of Adam's parameters.
+TABLE_OPTIMIZERS = ("sparse_adam", "rowwise_adagrad")
 
 
 def parse_sampler(name: str) -> str:
-    """``name`` if it is one of :data:`SAMPLERS` or ``midx+topT`` (argparse type)."""
-    if name in SAMPLERS or _EXACT_TOP.fullmatch(name):
+    """``name`` if it is one of :data:`SAMPLERS` or ``midx+topT``, optionally followed by
+    ``/TABLE_OPTIMIZER`` (argparse type).
+
+    Example:
+        >>> parse_sampler("midx_plain/rowwise_adagrad")
+        'midx_plain/rowwise_adagrad'
+    """
+    sampler, _, table_optimizer = name.partition("/")
+    if (sampler in SAMPLERS or _EXACT_TOP.fullmatch(sampler)) and (
+        not table_optimizer or table_optimizer in TABLE_OPTIMIZERS
+    ):
         return name
-    raise argparse.ArgumentTypeError(f"{name!r}: use one of {SAMPLERS} or midx+topT")
+    raise argparse.ArgumentTypeError(
+        f"{name!r}: use one of {SAMPLERS} or midx+topT, optionally followed by "
+        f"/{' or /'.join(TABLE_OPTIMIZERS)}"
+    )
 
 
 def compose_run(args: argparse.Namespace, sampler_name: str) -> DictConfig:
-    """The config of one measured run: the default run with the sampler and this script's
-    sizes as command-line overrides."""
+    """The config of one measured run: the default run with the sampler (and the table's
+    optimizer, if named) and this script's sizes as command-line overrides."""
+    sampler_name, _, table_optimizer = sampler_name.partition("/")
     top = _EXACT_TOP.fullmatch(sampler_name)
     sampler = (
         ["sampler=midx", f"sampler.exact_top_codewords={top[1]}"]
@@ -91,6 +111,8 @@ def compose_run(args: argparse.Namespace, sampler_name: str) -> DictConfig:
         f"task.datamodule.train_samples={args.train_samples}",
         f"seed={args.seed}",
     ]
+    if table_optimizer:
+        overrides.append(f"task.module.table_optimizer={table_optimizer}")
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("config", overrides=overrides)
 
@@ -227,7 +249,8 @@ def main() -> None:
         nargs="+",
         type=parse_sampler,
         default=["full", "uniform", "midx"],
-        help=f"{', '.join(SAMPLERS)} or midx+topT (exact top cells)",
+        help=f"{', '.join(SAMPLERS)} or midx+topT (exact top cells), each optionally with "
+        f"/{' or /'.join(TABLE_OPTIMIZERS)} (the item table's own optimizer)",
     )
     parser.add_argument("--users", type=int, default=5000)
     parser.add_argument("--batch-size", type=int, default=128)

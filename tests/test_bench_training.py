@@ -40,9 +40,13 @@ def test_a_run_is_the_training_config_with_the_benchmarks_sizes() -> None:
     assert (cfg.sampler.num_negatives, cfg.model.dim, cfg.model.max_len) == (20, 16, 10)
     assert cfg.task.datamodule.batch_size == 8 and not cfg.loss.shared_negatives
     assert bench_training.compose_run(TINY, "kernel").sampler._target_.endswith("KernelSampler")
+    sparse = bench_training.compose_run(TINY, "midx+top2/rowwise_adagrad")
+    assert sparse.task.module.table_optimizer == "rowwise_adagrad"
+    assert sparse.sampler.exact_top_codewords == 2
+    assert bench_training.compose_run(TINY, "uniform").task.module.table_optimizer is None
 
 
-@pytest.mark.parametrize("sampler", ["full", "midx+top1", "popularity"])
+@pytest.mark.parametrize("sampler", ["full", "midx+top1", "popularity", "uniform/sparse_adam"])
 def test_each_timed_step_is_the_modules_training_step(monkeypatch, sampler) -> None:
     steps = []
     training_step = SeqRecModule.training_step
@@ -61,3 +65,5 @@ def test_unknown_samplers_are_refused_with_the_choices() -> None:
     assert bench_training.parse_sampler("midx+top3") == "midx+top3"
     with pytest.raises(argparse.ArgumentTypeError, match="'bogus': use one of .*'uniform'"):
         bench_training.parse_sampler("bogus")
+    with pytest.raises(argparse.ArgumentTypeError, match="/sparse_adam or /rowwise_adagrad"):
+        bench_training.parse_sampler("uniform/adam")
