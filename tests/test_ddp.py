@@ -124,6 +124,9 @@ def _sparse_gradient_worker(rank: int, port: int, out_dir: str) -> None:
         model = torch.nn.parallel.DistributedDataParallel(table)
         model(torch.tensor([[1, 2, 2], [5, 7, 8]][rank])).pow(2).sum().backward()
         torch.save(table.weight.grad, Path(out_dir) / f"rank{rank}.pt")
+        # Tearing the group down under a live DDP wrapper can leave a rank waiting.
+        del model
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
