@@ -80,6 +80,7 @@ CODE_GROUPS: dict[str, tuple[str, ...]] = {
         "recsys_midx/losses/softmax.py",
         "recsys_midx/losses/sampled_softmax.py",
         "recsys_midx/losses/full_softmax.py",
+        "recsys_midx/scoring",
         "recsys_midx/conf/loss/softmax.yaml",
     ),
     # What every `train.py` run goes through: the Lightning module's base, its callbacks, the
@@ -87,6 +88,7 @@ CODE_GROUPS: dict[str, tuple[str, ...]] = {
     "@train": (
         "recsys_midx/lit/base.py",
         "recsys_midx/lit/callbacks.py",
+        "recsys_midx/lit/table_optimizers.py",
         "recsys_midx/heads/base.py",
         "recsys_midx/heads/dot.py",
         "recsys_midx/conf/config.yaml",
