@@ -62,19 +62,19 @@ from recsys_midx.app.experiment import build_module
 from recsys_midx.data.sources import Synthetic
 from recsys_midx.data.splits import LeaveOneOutSplit
 from recsys_midx.data.train_samples import SAMPLE_KINDS, TrainSamples
+from recsys_midx.lit.table_optimizers import TABLE_OPTIMIZERS
 
 CONF_DIR = Path(recsys_midx.conf.__file__).parent
 #: The ``sampler=`` configs.
 SAMPLERS = sorted(path.stem for path in (CONF_DIR / "sampler").glob("*.yaml"))
 _EXACT_TOP = re.compile(r"midx\+top(\d+)")
-#: The item table's own optimizers (``task.module.table_optimizer``), named after a sampler as
-#: ``uniform/rowwise_adagrad``; without one the table is one of Adam's parameters.
-TABLE_OPTIMIZERS = ("sparse_adam", "rowwise_adagrad")
 
 
 def parse_sampler(name: str) -> str:
     """``name`` if it is one of :data:`SAMPLERS` or ``midx+topT``, optionally followed by
-    ``/TABLE_OPTIMIZER`` (argparse type).
+    ``/TABLE_OPTIMIZER``, one of the item table's own optimizers
+    (``task.module.table_optimizer``; without one the table is one of Adam's parameters)
+    (argparse type).
 
     Example:
         >>> parse_sampler("midx_plain/rowwise_adagrad")

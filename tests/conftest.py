@@ -33,6 +33,14 @@ TINY_RUN = (
     "task.datamodule.train_samples=last_window",
     "callbacks.progress_bar.refresh_rate=0",
 )
+#: A few optimiser steps and one evaluation batch per split: enough to exercise the wiring.
+FEW_STEPS = (
+    "trainer.max_epochs=1",
+    "++trainer.limit_train_batches=3",
+    "++trainer.limit_val_batches=1",
+    "++trainer.limit_test_batches=1",
+    "logger=none",
+)
 #: Overrides that make an extreme classification run take a few seconds.
 TINY_XC_RUN = (
     "task=xc",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import TINY_RUN
+from conftest import FEW_STEPS, TINY_RUN
 
 from recsys_midx.app.experiment import train
 from recsys_midx.app.preflight import check_loss_negatives
@@ -14,14 +14,6 @@ from recsys_midx.errors import ConfigError
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import BCELoss, GBCELoss, binary_cross_entropy_loss, gbce_beta
 from recsys_midx.samplers import FullSampler, UniformSampler
-
-FEW_STEPS = (
-    "trainer.max_epochs=1",
-    "++trainer.limit_train_batches=3",
-    "++trainer.limit_val_batches=1",
-    "++trainer.limit_test_batches=1",
-    "logger=none",
-)
 
 
 def _case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

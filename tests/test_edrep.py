@@ -8,9 +8,8 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY_RUN, sampler_overrides
+from conftest import TINY_RUN, TINY_XC_RUN, sampler_overrides
 from hydra.errors import InstantiationException
-from test_xc_e2e import TINY_XC_RUN
 from torch import Tensor
 
 from recsys_midx.app.experiment import build, train

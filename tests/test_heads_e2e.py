@@ -6,8 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import TINY_RUN, sampler_overrides
-from test_xc_e2e import TINY_XC_RUN
+from conftest import FEW_STEPS, TINY_RUN, TINY_XC_RUN, sampler_overrides
 
 from recsys_midx.app.experiment import build, train
 
@@ -18,15 +17,8 @@ HEADS = {
     "mos": "MoSHead",
     "moe": "MoEHead",
 }
-#: A few optimiser steps and one evaluation batch per split are enough to exercise the wiring.
-FEW_STEPS = (
-    "trainer.max_epochs=1",
-    "++trainer.limit_train_batches=3",
-    "++trainer.limit_val_batches=1",
-    "++trainer.limit_test_batches=1",
-    "logger=none",
-    "callbacks.sampler_refresh.diagnostic_queries=16",
-)
+#: The shared few steps, with a small proposal diagnostic.
+STEPS = (*FEW_STEPS, "callbacks.sampler_refresh.diagnostic_queries=16")
 TASKS = {"seqrec": (TINY_RUN, "val/ndcg@10"), "xc": (TINY_XC_RUN, "val/p@1")}
 
 
@@ -36,7 +28,7 @@ TASKS = {"seqrec": (TINY_RUN, "val/ndcg@10"), "xc": (TINY_XC_RUN, "val/p@1")}
 @pytest.mark.parametrize("head", sorted(HEADS))
 def test_every_head_trains_on_both_tasks(compose_config, tmp_path, head, task, sampler) -> None:
     base, monitor = TASKS[task]
-    cfg = compose_config([*base, *sampler_overrides(sampler), *FEW_STEPS, f"head={head}"])
+    cfg = compose_config([*base, *sampler_overrides(sampler), *STEPS, f"head={head}"])
     results = train(cfg)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["config"]["task"]["module"]["head"]["_target_"].endswith(HEADS[head])
@@ -55,7 +47,7 @@ def test_plif_slopes_train_at_their_own_learning_rate(compose_config) -> None:
         [
             *TINY_RUN,
             *sampler_overrides("uniform"),
-            *FEW_STEPS,
+            *STEPS,
             "head=plif",
             "head.lr=0.05",
             "head.num_knots=200",
