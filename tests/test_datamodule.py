@@ -10,6 +10,7 @@ import torch
 
 from recsys_midx.data.datamodule import SeqRecDataModule
 from recsys_midx.data.pipeline import PreparedDataset
+from recsys_midx.errors import ConfigError
 
 
 class _Prepared:
@@ -78,3 +79,32 @@ def test_use_before_setup_and_bad_sizes_are_errors() -> None:
         _ = SeqRecDataModule(source, "unused", max_len=3).num_items
     with pytest.raises(ValueError, match="max_len"):
         SeqRecDataModule(source, "unused", max_len=0)
+
+
+def test_evaluation_user_samples_are_fixed_subsets_independent_of_the_run() -> None:
+    sequences = {user: [user, user + 1, user + 2, user + 3] for user in range(1, 41)}
+    source = _Prepared(sequences, num_items=44)
+
+    def targets(stage: str, **users: int | None) -> list[int]:
+        module = SeqRecDataModule(source, "unused", max_len=3, eval_batch_size=64, **users)
+        module.setup("fit")
+        torch.manual_seed(123)  # the run's seed must not move the sample
+        return _only_batch(getattr(module, f"{stage}_dataloader")())["targets"].tolist()
+
+    every_val, every_test = targets("val"), targets("test")
+    assert len(every_val) == 40
+    sampled = targets("val", val_users=7)
+    assert len(set(sampled)) == 7 and set(sampled) <= set(every_val)
+    assert sampled == sorted(sampled)  # rows keep the split's order
+    assert targets("val", val_users=7) == sampled
+    assert targets("test", val_users=7) == every_test  # the test is not sampled unless asked
+    # The same users are tested as validated: each test target follows its validation target.
+    assert [t - 1 for t in targets("test", test_users=7)] == sampled
+    assert targets("val", val_users=1000) == every_val
+
+
+@pytest.mark.parametrize("setting", ["val_users", "test_users"])
+def test_evaluation_user_samples_must_be_positive(setting: str) -> None:
+    source = _Prepared({1: [1, 2, 3]}, num_items=3)
+    with pytest.raises(ConfigError, match=f"task.datamodule.{setting}"):
+        SeqRecDataModule(source, "unused", max_len=3, **{setting: 0})

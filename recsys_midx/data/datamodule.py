@@ -16,12 +16,17 @@ from torch.utils.data import DataLoader, Dataset
 
 from recsys_midx.data.pipeline import PreparedDataset
 from recsys_midx.data.resumable import ResumableLoader
+from recsys_midx.errors import ConfigError
 from recsys_midx.data.sources.base import Source
 from recsys_midx.data.splits import LeaveOneOut, SequenceSplit, Spans, SplitStrategy, Stage
 from recsys_midx.data.train_samples import TrainSamples, check_sample_kind, left_padded_windows
 from recsys_midx.distributed import eval_sampler
 
 Batch = dict[str, Tensor]
+
+# Seed of the evaluation user samples (``val_users``, ``test_users``): not the run's seed, so that
+# runs of every seed are compared on the same users.
+EVAL_SAMPLE_SEED = 0
 
 
 class _Rows(Dataset):
@@ -61,10 +66,16 @@ class SeqRecDataModule(L.LightningDataModule):
             ``"windows"`` or ``"last_window"`` (see :mod:`recsys_midx.data.train_samples`).
         window_stride: items between consecutive windows' ends for ``"windows"``, in
             ``1..max_len`` (``None``: ``max_len``).
+        val_users: validate on this many users, a fixed sample (``None``: every user). The sample
+            is drawn with a seed of its own, so every run and seed of a dataset and split
+            validates on the same users; it bounds validation's cost on catalogs where ranking
+            every item for every user takes longer than an epoch.
+        test_users: the same for the test.
 
     Raises:
         ValueError: if ``max_len`` or a batch size is not positive.
-        ConfigError: if ``train_samples`` or ``window_stride`` is not a valid choice.
+        ConfigError: if ``train_samples`` or ``window_stride`` is not a valid choice, or
+            ``val_users`` or ``test_users`` is not positive.
 
     Example:
         ```python
@@ -85,6 +96,8 @@ class SeqRecDataModule(L.LightningDataModule):
         split: SplitStrategy | None = None,
         train_samples: str = "prefixes",
         window_stride: int | None = None,
+        val_users: int | None = None,
+        test_users: int | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -95,6 +108,13 @@ class SeqRecDataModule(L.LightningDataModule):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
         check_sample_kind(train_samples, window_stride, max_len)
+        self.eval_users: dict[Stage, int | None] = {"val": val_users, "test": test_users}
+        for stage, users in self.eval_users.items():
+            if users is not None and users <= 0:
+                raise ConfigError(
+                    f"task.datamodule.{stage}_users must be a positive number of users or null, "
+                    f"got {users}"
+                )
         self.train_samples = train_samples
         self.window_stride = window_stride
         self.source = source
@@ -189,8 +209,27 @@ class SeqRecDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._eval_loader("test")
 
-    def _eval_loader(self, stage: Stage) -> DataLoader:
+    def eval_spans(self, stage: Stage) -> Spans:
+        """The queries ``stage`` evaluates: every user's, or the fixed sample of ``{stage}_users``.
+
+        Args:
+            stage: ``"val"`` or ``"test"``.
+
+        Returns:
+            The split's spans of ``stage``, restricted to the sampled rows (in ascending order)
+            when ``{stage}_users`` is set and smaller than the number of users.
+        """
         spans = self._split.spans(stage)
+        users = self.eval_users[stage]
+        if users is None or users >= len(spans):
+            return spans
+        rows = np.sort(
+            np.random.default_rng(EVAL_SAMPLE_SEED).choice(len(spans), users, replace=False)
+        )
+        return Spans(spans.starts[rows], spans.ends[rows])
+
+    def _eval_loader(self, stage: Stage) -> DataLoader:
+        spans = self.eval_spans(stage)
         return self._loader(
             len(spans), partial(self._eval_batch, spans=spans), self.eval_batch_size, shuffle=False
         )
