@@ -92,8 +92,8 @@ def parse_sampler(name: str) -> str:
 
 
 def compose_run(args: argparse.Namespace, sampler_name: str) -> DictConfig:
-    """The config of one measured run: the default run with the sampler (and the table's
-    optimizer, if named) and this script's sizes as command-line overrides."""
+    """The config of one measured run: the default run with the sampler, the table's optimizer
+    (dense Adam unless one is named) and this script's sizes as command-line overrides."""
     sampler_name, _, table_optimizer = sampler_name.partition("/")
     top = _EXACT_TOP.fullmatch(sampler_name)
     sampler = (
@@ -110,9 +110,9 @@ def compose_run(args: argparse.Namespace, sampler_name: str) -> DictConfig:
         f"task.datamodule.batch_size={args.batch_size}",
         f"task.datamodule.train_samples={args.train_samples}",
         f"seed={args.seed}",
+        # Without a named one the table is one of Adam's parameters, whatever the default.
+        f"task.module.table_optimizer={table_optimizer or 'null'}",
     ]
-    if table_optimizer:
-        overrides.append(f"task.module.table_optimizer={table_optimizer}")
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("config", overrides=overrides)
 

@@ -60,7 +60,7 @@ from recsys_midx.errors import ConfigError
         (["resume=nowhere/last.ckpt"], r"resume=nowhere/last\.ckpt: no such checkpoint file"),
         (
             ["task.module.table_optimizer=sgd"],
-            r"task\.module\.table_optimizer=sgd: choose null, dense, sparse_adam or rowwise_",
+            r"task\.module\.table_optimizer=sgd: choose auto, null, dense, sparse_adam or rowwise_",
         ),
         (
             ["sampler=full", "task.module.table_optimizer=sparse_adam"],
@@ -216,3 +216,40 @@ def test_resume_command_repeats_the_command_line_with_resume_and_the_run_folder(
         f"python3 -u train.py sampler=uniform 'dataset.path=my file.csv' resume=auto "
         f"hydra.run.dir={tmp_path}"
     )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ([], "rowwise_adagrad"),
+        (["sampler=uniform"], "rowwise_adagrad"),
+        (["sampler=full"], None),
+        (["trainer.gradient_clip_val=1.0"], None),
+        (["task.module.optimizer.weight_decay=0.01"], None),
+        (["loss=edrep", "loss.grad_through_stats=true"], None),
+        (["task.module.table_optimizer=null"], None),
+        (["task.module.table_optimizer=dense"], None),
+        (["task.module.table_optimizer=sparse_adam"], "sparse_adam"),
+        (["task=xc"], None),
+        (["task=xc", "task.module.table_optimizer=auto"], "rowwise_adagrad"),
+    ],
+    ids=[
+        "default",
+        "uniform",
+        "exact-softmax",
+        "clipping",
+        "weight-decay",
+        "edrep-stats",
+        "null",
+        "dense",
+        "named",
+        "xc-default",
+        "xc-auto",
+    ],
+)
+def test_auto_table_optimizer_is_sparse_wherever_a_sparse_update_can_go(
+    compose_config, overrides, expected
+):
+    cfg = compose_config(overrides)
+    assert preflight.resolve_table_optimizer(cfg) == expected
+    preflight.check(cfg)  # auto never makes a run the pre-flight refuses

@@ -1,5 +1,5 @@
 """Sparse item-table updates: the row-wise optimizers against re-derivations, a sampled step
-that changes only the rows it read, and the dense default left as it was."""
+that changes only the rows it read, the default (`auto`) and the dense update left as it was."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ from conftest import TINY_RUN, TINY_XC_RUN, sampler_overrides
 from torch import nn
 
 from recsys_midx.app.experiment import build
-from recsys_midx.lit.table_optimizers import RowwiseAdagrad, TableAndDenseOptimizer
+from recsys_midx.lit.table_optimizers import (
+    ROWWISE_ADAGRAD_LR,
+    RowwiseAdagrad,
+    TableAndDenseOptimizer,
+)
 from recsys_midx.scoring import lookup_rows, mark_sparse_rows
 
 ROWS, DIM, STEPS = 12, 4, 5
@@ -147,9 +151,34 @@ def test_a_sampled_step_changes_only_the_rows_it_read(compose_config, overrides,
         assert not state["exp_avg"][untouched].any() and not state["exp_avg_sq"][untouched].any()
 
 
-def test_dense_default_keeps_one_optimizer_over_every_parameter(compose_config):
+def test_default_sampled_run_updates_the_table_by_rowwise_adagrad(compose_config):
     module, optimizer, _, _ = _first_step(
         compose_config, [*TINY_RUN, *sampler_overrides("uniform")]
+    )
+    assert isinstance(optimizer, TableAndDenseOptimizer)
+    assert isinstance(optimizer.table, RowwiseAdagrad)
+    assert [g["lr"] for g in optimizer.table.param_groups] == [ROWWISE_ADAGRAD_LR]
+    assert [g["lr"] for g in optimizer.dense.param_groups] == [0.001]
+    assert module.encoder.item_table.grad.is_sparse
+
+
+@pytest.mark.parametrize(
+    ("name", "lr"), [("sparse_adam", 0.001), ("rowwise_adagrad", ROWWISE_ADAGRAD_LR)]
+)
+def test_a_named_table_optimizer_takes_its_default_rate_unless_table_lr_is_set(
+    compose_config, name, lr
+):
+    run = [*TINY_RUN, *sampler_overrides("uniform"), f"task.module.table_optimizer={name}"]
+    _, optimizer, _, _ = _first_step(compose_config, run)
+    assert [g["lr"] for g in optimizer.table.param_groups] == [lr]
+    _, optimizer, _, _ = _first_step(compose_config, [*run, "task.module.table_lr=0.3"])
+    assert [g["lr"] for g in optimizer.table.param_groups] == [0.3]
+
+
+def test_dense_update_keeps_one_optimizer_over_every_parameter(compose_config):
+    module, optimizer, _, _ = _first_step(
+        compose_config,
+        [*TINY_RUN, *sampler_overrides("uniform"), "task.module.table_optimizer=null"],
     )
     assert type(optimizer) is torch.optim.Adam
     assert [p for g in optimizer.param_groups for p in g["params"]] == list(module.parameters())

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from recsys_midx.app.loggers import check_logger_packages
+from recsys_midx.app.preflight import AUTO_TABLE_OPTIMIZER, resolve_table_optimizer
 from recsys_midx.lit.base import CatalogModule
 from recsys_midx.lit.callbacks import EpochLog, SamplerRefresh
 from recsys_midx.lit.checkpointing import resume_checkpoint
@@ -97,8 +98,19 @@ def build_module(
     encoder = instantiate(cfg.model, **encoder_sizes)
     sampler = instantiate(cfg.sampler, num_items=num_items)
     head = instantiate(cfg.task.module.head)
+    table_optimizer = resolve_table_optimizer(cfg)
+    if cfg.task.module.get("table_optimizer") == AUTO_TABLE_OPTIMIZER:
+        log.info(
+            "item table updated by %s (task.module.table_optimizer=auto)",
+            table_optimizer or "the dense optimizer",
+        )
     return instantiate(
-        cfg.task.module, encoder=encoder, head=head, sampler=sampler, loss=instantiate(cfg.loss)
+        cfg.task.module,
+        encoder=encoder,
+        head=head,
+        sampler=sampler,
+        loss=instantiate(cfg.loss),
+        table_optimizer=table_optimizer,
     )
 
 
@@ -176,6 +188,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "train_wall_seconds": train_wall_seconds,
         "seconds_per_epoch": _mean([row["train_seconds"] for row in epochs]),
         "peak_memory_mb": peak_memory_mb(),
+        # The item table's optimizer as trained (task.module.table_optimizer=auto resolved);
+        # null: the dense optimizer's.
+        "table_optimizer": module.table_optimizer,
         **sampler_fields(module, refreshes),
         "best_checkpoint": best_checkpoint or None,
         "output_dir": str(output_dir),

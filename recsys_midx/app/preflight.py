@@ -192,6 +192,46 @@ def check_loss_negatives(cfg: DictConfig) -> None:
         )
 
 
+#: ``task.module.table_optimizer=auto``: :data:`AUTO_SPARSE_OPTIMIZER` wherever a sparse update
+#: can go (:func:`resolve_table_optimizer`), else the dense optimizer.
+AUTO_TABLE_OPTIMIZER = "auto"
+#: What ``auto`` picks: the sparse update that trained best in docs/results.md ("Sparse item-table
+#: updates") and holds the least memory.
+AUTO_SPARSE_OPTIMIZER = "rowwise_adagrad"
+
+
+def resolve_table_optimizer(cfg: DictConfig) -> str | None:
+    """The item table's optimizer a run trains with: ``task.module.table_optimizer`` as set,
+    or for ``auto`` :data:`AUTO_SPARSE_OPTIMIZER` unless the run asks what a sparse update
+    cannot do (:func:`check_table_optimizer`: the exact softmax, gradient clipping, weight
+    decay, a gradient through EDRep's statistics), where ``auto`` keeps the dense update.
+
+    Args:
+        cfg: a composed config.
+
+    Returns:
+        One of :data:`~recsys_midx.lit.table_optimizers.TABLE_OPTIMIZERS`, or ``None`` for the
+        dense update.
+
+    Example:
+        ```python
+        resolve_table_optimizer(compose("config", overrides=["sampler=midx"]))  # 'rowwise_adagrad'
+        resolve_table_optimizer(compose("config", overrides=["sampler=full"]))  # None
+        ```
+    """
+    name = cfg.task.module.get("table_optimizer")
+    if name == "dense":
+        return None
+    if name != AUTO_TABLE_OPTIMIZER:
+        return name
+    sparse = OmegaConf.merge(cfg, {"task": {"module": {"table_optimizer": AUTO_SPARSE_OPTIMIZER}}})
+    try:
+        check_table_optimizer(sparse)
+    except ConfigError:
+        return None
+    return AUTO_SPARSE_OPTIMIZER
+
+
 def check_table_optimizer(cfg: DictConfig) -> None:
     """A sparse table optimizer (``task.module.table_optimizer``) is known and goes with what
     the run asks of the table: a sampled softmax (the exact one reads every row), no gradient
@@ -199,11 +239,12 @@ def check_table_optimizer(cfg: DictConfig) -> None:
     optimizers have none, so the table would silently go without) and no gradient through
     EDRep's cluster statistics (a dense read of the whole table)."""
     name = cfg.task.module.get("table_optimizer")
-    if name is None or name == "dense":
+    if name is None or name in ("dense", AUTO_TABLE_OPTIMIZER):
         return
     setting = f"task.module.table_optimizer={name}"
     if name not in TABLE_OPTIMIZERS:
-        raise ConfigError(f"{setting}: choose null, dense, {' or '.join(TABLE_OPTIMIZERS)}")
+        choices = ", ".join([AUTO_TABLE_OPTIMIZER, "null", "dense", *TABLE_OPTIMIZERS[:-1]])
+        raise ConfigError(f"{setting}: choose {choices} or {TABLE_OPTIMIZERS[-1]}")
     if getattr(get_class(cfg.sampler._target_), "exhaustive", False):
         raise ConfigError(
             f"{setting} needs a sampled softmax: sampler=full reads every row of the item "

@@ -16,11 +16,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from recsys_midx.data.pipeline import PreparedDataset
 from recsys_midx.data.resumable import ResumableLoader
-from recsys_midx.errors import ConfigError
 from recsys_midx.data.sources.base import Source
 from recsys_midx.data.splits import LeaveOneOut, SequenceSplit, Spans, SplitStrategy, Stage
 from recsys_midx.data.train_samples import TrainSamples, check_sample_kind, left_padded_windows
 from recsys_midx.distributed import eval_sampler
+from recsys_midx.errors import ConfigError
 
 Batch = dict[str, Tensor]
 

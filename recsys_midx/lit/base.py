@@ -20,6 +20,7 @@ from recsys_midx.lit.table_optimizers import (
     TABLE_OPTIMIZERS,
     TableAndDenseOptimizer,
     build_table_optimizer,
+    default_table_lr,
 )
 from recsys_midx.protocols import CatalogDataModule, NegativeSampler, Objective, RefreshableIndex
 from recsys_midx.scoring import ranking_queries
@@ -60,7 +61,9 @@ class CatalogModule(L.LightningModule, abc.ABC):
             (``encoder.use_sparse_gradients()``) then get sparse gradients (only the rows a
             step reads) and their own row-wise optimiser, stepped with the dense one
             (:class:`~recsys_midx.lit.table_optimizers.TableAndDenseOptimizer`).
-        table_lr: the table optimiser's learning rate; ``None``: the dense optimiser's.
+        table_lr: the table optimiser's learning rate; ``None``:
+            :func:`~recsys_midx.lit.table_optimizers.default_table_lr` (the dense optimiser's
+            for lazy Adam, a larger one for row-wise AdaGrad).
 
     Raises:
         TypeError: if ``loss`` does not accept ``head`` (e.g. ``head=mos`` with ``loss=edrep``).
@@ -237,7 +240,11 @@ class CatalogModule(L.LightningModule, abc.ABC):
                 for group in groups
             ]
         )
-        lr = dense.defaults["lr"] if self.table_lr is None else self.table_lr
+        lr = (
+            default_table_lr(self.table_optimizer, dense.defaults["lr"])
+            if self.table_lr is None
+            else self.table_lr
+        )
         return TableAndDenseOptimizer(
             dense, build_table_optimizer(self.table_optimizer, self.sparse_tables, lr)
         )

@@ -92,6 +92,24 @@ def build_table_optimizer(
     return _BUILDERS[name](tables, lr=lr)
 
 
+def default_table_lr(name: str, dense_lr: float) -> float:
+    """The learning rate of table optimizer ``name`` when ``task.module.table_lr`` is null.
+
+    Lazy Adam takes the dense optimizer's rate. AdaGrad's steps shrink with each row's summed
+    squared gradients, so row-wise AdaGrad takes :data:`ROWWISE_ADAGRAD_LR`, the rate its
+    comparison with dense Adam was measured at (docs/results.md, "Sparse item-table updates").
+
+    Args:
+        name: one of :data:`TABLE_OPTIMIZERS`.
+        dense_lr: the learning rate of the encoder's optimizer.
+
+    Example:
+        >>> default_table_lr("sparse_adam", 0.001), default_table_lr("rowwise_adagrad", 0.001)
+        (0.001, 0.05)
+    """
+    return ROWWISE_ADAGRAD_LR if name == "rowwise_adagrad" else dense_lr
+
+
 class TableAndDenseOptimizer(torch.optim.Optimizer):
     """One optimizer made of two: the dense parameters' and the item tables'.
 
@@ -178,3 +196,5 @@ _BUILDERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
 }
 #: The values of ``task.module.table_optimizer`` that give the tables sparse gradients.
 TABLE_OPTIMIZERS: tuple[str, ...] = tuple(_BUILDERS)
+#: Row-wise AdaGrad's learning rate when ``task.module.table_lr`` is null.
+ROWWISE_ADAGRAD_LR = 0.05
