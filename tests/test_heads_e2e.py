@@ -9,6 +9,7 @@ import torch
 from conftest import FEW_STEPS, TINY_RUN, TINY_XC_RUN, sampler_overrides
 
 from recsys_midx.app.experiment import build, train
+from recsys_midx.lit.table_optimizers import ROWWISE_ADAGRAD_LR
 
 HEADS = {
     "dot": "DotHead",
@@ -56,7 +57,8 @@ def test_plif_slopes_train_at_their_own_learning_rate(compose_config) -> None:
     )
     experiment = build(cfg)
     optimizer = experiment.module.configure_optimizers()
-    assert [group["lr"] for group in optimizer.param_groups] == [0.001, 0.05]
+    # The encoder's group, the slopes' group, then the item table's (row-wise AdaGrad's own).
+    assert [group["lr"] for group in optimizer.param_groups] == [0.001, 0.05, ROWWISE_ADAGRAD_LR]
     slopes = experiment.module.head.raw_slopes
     before = slopes.detach().clone()
     experiment.trainer.fit(experiment.module, experiment.datamodule)
