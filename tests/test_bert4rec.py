@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
 from conftest import FEW_STEPS, TINY_RUN, sampler_overrides
+from trained_runs import csv_histories, train_custom_run
 
+from recsys_midx import load_run, recommend
 from recsys_midx.app import preflight
 from recsys_midx.app.experiment import build, train
+from recsys_midx.app.export import export_items
+from recsys_midx.app.recommend import history_queries
 from recsys_midx.errors import ConfigError
 from recsys_midx.heads import DotHead
 from recsys_midx.inference.query_encoder import trace_query_encoder
@@ -248,8 +253,10 @@ def test_preflight_refuses_prefixes_and_names_the_fix(compose_config) -> None:
         ("midx", ()),
         ("midx", ("head=mos",)),
         ("uniform", ("loss=window_softmax", "sampler.num_negatives=16")),
+        # The table's rows under a row-wise optimizer, the mask vector under the dense one.
+        ("midx", ("task.module.table_optimizer=sparse_adam",)),
     ],
-    ids=["full", "midx", "midx-mos", "window-softmax"],
+    ids=["full", "midx", "midx-mos", "window-softmax", "sparse-table"],
 )
 def test_bert4rec_trains_and_tests(compose_config, tmp_path, sampler, extra) -> None:
     cfg = compose_config(
@@ -296,3 +303,36 @@ def test_a_resumed_run_draws_the_masks_of_an_uninterrupted_one(compose_config, t
     resumed = train(compose_config([*run, "resume=auto"]))
     assert resumed["metrics"] == pytest.approx(reference["metrics"], abs=1e-6, rel=0)
     assert resumed["epochs_run"] == 2
+
+
+@pytest.mark.slow
+def test_recommend_and_export_ask_at_the_appended_mask(tmp_path: Path) -> None:
+    run_dir = train_custom_run(
+        tmp_path / "bert4rec", ["model=bert4rec", "task.datamodule.train_samples=last_window"]
+    )
+    run = load_run(run_dir)
+    encoder = run.module.encoder
+    assert isinstance(encoder, BERT4Rec)
+    users = ["user-003", "user-017"]
+    recs = recommend(run_dir, users=users, k=5)
+    full = csv_histories(run_dir)
+    max_len = run.datamodule.max_len
+    for user in users:
+        history = torch.from_numpy(run.items.internal(full[user]))
+        inputs = torch.zeros(1, max_len, dtype=torch.long)
+        inputs[0, max_len - len(history[-max_len:]) :] = history[-max_len:]
+        with torch.no_grad():
+            scores = (encoder.encode_last(inputs) @ encoder.item_table[1:].T)[0]
+        scores[history - 1] = float("-inf")
+        expected = list(run.items.raw[scores.topk(5).indices.numpy() + 1])
+        assert recs[recs["user"] == user]["item"].tolist() == expected
+    meta = json.loads(export_items(run, tmp_path / "export").read_text())
+    served = torch.jit.load(str(tmp_path / "export" / meta["encoder"]))
+    histories = run.histories(run.users.internal(users))
+    queries, _ = history_queries(run, histories)
+    padded = torch.zeros(len(histories), max_len, dtype=torch.long)
+    for row, history in enumerate(histories):
+        tail = torch.from_numpy(history[-max_len:])
+        padded[row, max_len - len(tail) :] = tail
+    with torch.no_grad():
+        torch.testing.assert_close(served(padded), queries, rtol=1e-5, atol=1e-6)
