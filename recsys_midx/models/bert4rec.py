@@ -23,10 +23,13 @@ class BERT4Rec(SequenceEncoder):
 
     Item embeddings (unscaled, as in BERT) plus learned positions go through a LayerNorm and
     dropout, then ``num_layers`` post-norm blocks (GELU feed-forward) in which every position
-    attends to every real item, never to padding. A dense layer and GELU turn a block output
-    into the query (the paper's output projection), scored against the shared item table by
-    the configured head; the paper's per-item output bias has no counterpart, since every head
-    scores ``s(z, v)`` from the query and the item vector alone.
+    attends to every real item, never to padding. A dense layer, GELU and LayerNorm turn a
+    block output into the query (BERT's masked-item transform; the paper writes the dense layer
+    and GELU), scored against the shared item table by the configured head. The LayerNorm keeps
+    the queries at the scale SASRec's final LayerNorm gives its own: without it, the small
+    initial weights give small queries and the training starts slower. The paper's per-item
+    output bias has no counterpart, since every head scores ``s(z, v)`` from the query and the
+    item vector alone.
 
     The mask token is a learned vector of its own, not a row of the item table: the table is
     what the samplers, the MIDX index and the evaluation score, so it keeps its ``N + 1`` rows
@@ -110,7 +113,7 @@ class BERT4Rec(SequenceEncoder):
             )
             for _ in range(num_layers)
         )
-        self.project = nn.Sequential(nn.Linear(dim, dim), nn.GELU())
+        self.project = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.LayerNorm(dim))
         self._init_normal(init_std)
         with torch.no_grad():
             nn.init.normal_(self.mask_emb, std=init_std)
