@@ -96,10 +96,12 @@ CODE_GROUPS: dict[str, tuple[str, ...]] = {
         "recsys_midx/conf/callbacks/default.yaml",
         "recsys_midx/conf/head/dot.yaml",
     ),
-    # Sequential recommendation: SASRec, its training samples, split and metrics.
+    # Sequential recommendation: SASRec (its block in models/attention.py), its training samples,
+    # split and metrics.
     "@seqrec": (
         "recsys_midx/models/base.py",
         "recsys_midx/models/sasrec.py",
+        "recsys_midx/models/attention.py",
         "recsys_midx/lit/seqrec.py",
         "recsys_midx/metrics/ranking.py",
         "recsys_midx/data/datamodule.py",
@@ -168,6 +170,7 @@ CODE_GROUPS: dict[str, tuple[str, ...]] = {
         "recsys_midx/conf/model/sasrec.yaml",
         "recsys_midx/models/base.py",
         "recsys_midx/models/sasrec.py",
+        "recsys_midx/models/attention.py",
         "recsys_midx/heads/base.py",
         "recsys_midx/heads/dot.py",
         "recsys_midx/data/sources/synthetic.py",

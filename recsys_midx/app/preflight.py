@@ -192,6 +192,26 @@ def check_loss_negatives(cfg: DictConfig) -> None:
         )
 
 
+def check_cloze_samples(cfg: DictConfig) -> None:
+    """A model trained by cloze (``masked_training``, ``model=bert4rec``) gets whole windows to
+    mask: ``task.datamodule.train_samples=last_window`` or ``windows``, not the default
+    ``prefixes``, whose samples hold one target each.
+
+    The model group cannot choose the training samples itself: its file fills ``model`` only,
+    and the task, composed after it, sets ``task.datamodule.train_samples``.
+    """
+    target = (cfg.get("model") or {}).get("_target_")
+    model = get_class(target) if target else None
+    if not getattr(model, "masked_training", False):
+        return
+    samples = cfg.task.datamodule.get("train_samples", "prefixes")
+    if samples == "prefixes":
+        raise ConfigError(
+            f"model={model.name} trains by cloze on whole windows: set "
+            "task.datamodule.train_samples=last_window or windows (got prefixes)"
+        )
+
+
 #: ``task.module.table_optimizer=auto``: :data:`AUTO_SPARSE_OPTIMIZER` wherever a sparse update
 #: can go (:func:`resolve_table_optimizer`), else the dense optimizer.
 AUTO_TABLE_OPTIMIZER = "auto"
@@ -359,6 +379,7 @@ CHECKS: tuple[Callable[[DictConfig], None], ...] = (
     check_optimized_metric,
     check_sampler,
     check_loss_negatives,
+    check_cloze_samples,
     check_table_optimizer,
     check_resume,
     check_not_multirun_ddp,

@@ -19,9 +19,12 @@ class SeqRecModule(CatalogModule):
     """Trains a sequence encoder with a (sampled) softmax over its own item table.
 
     Every non-padded position of a training sequence is a next-item query (the last one only
-    when a batch's ``targets`` has one column, as ``train_samples=prefixes`` makes). Validation
-    and test rank each user's held-out item against the whole catalog and report HR, NDCG and
-    MRR at ``ks``, logged as ``val/ndcg@10``, ``test/hr@20``, ...
+    when a batch's ``targets`` has one column, as ``train_samples=prefixes`` makes). An encoder
+    that trains by cloze (``encoder.masked_training``, BERT4Rec) instead masks items of each
+    window's last ``L`` items (``targets``) with ``encoder.cloze``; its queries are the masked
+    positions, and ``train_samples=prefixes`` is refused. Validation and test rank each user's
+    held-out item against the whole catalog and report HR, NDCG and MRR at ``ks``, logged as
+    ``val/ndcg@10``, ``test/hr@20``, ...
 
     Args:
         encoder: turns item sequences into query vectors and owns the item table.
@@ -67,13 +70,7 @@ class SeqRecModule(CatalogModule):
         self.eval_chunk_size = eval_chunk_size
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        inputs, targets = batch["inputs"], batch["targets"]
-        if targets.shape[1] == 1:  # one sample per target (prefixes): only the last position
-            queries, inputs = self.encoder.encode_last(inputs)[:, None], inputs[:, -1:]
-        else:
-            queries = self.encoder(inputs)
-        # A position trains only when it has both a real input item and a real next item.
-        is_query = (targets > 0) & (inputs > 0)
+        queries, targets, is_query = self._training_queries(batch)
         if getattr(self.loss, "per_sequence", False):
             # An objective that draws per sequence (loss=window_softmax) also gets each
             # sequence's items and where its queries sit.
@@ -82,7 +79,7 @@ class SeqRecModule(CatalogModule):
                 targets[is_query],
                 self.encoder.item_table,
                 self.sampler,
-                windows=torch.cat([batch["inputs"], targets], dim=1),
+                windows=torch.cat([batch["inputs"], batch["targets"]], dim=1),
                 positions=is_query,
             )
         else:
@@ -97,8 +94,46 @@ class SeqRecModule(CatalogModule):
         )
         return loss
 
+    def _training_queries(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """The training queries of a batch, their targets and where they sit.
+
+        Args:
+            batch: ``inputs`` ``[B, L]`` and ``targets`` ``[B, L]`` (windows) or ``[B, 1]``
+                (prefixes).
+
+        Returns:
+            ``(queries, targets, is_query)``: ``[B, P, D]`` query vectors, ``[B, P]`` target ids
+            and the ``[B, P]`` boolean mask of the positions that train.
+
+        Raises:
+            ValueError: if a cloze encoder gets prefixes (``targets`` of one column).
+        """
+        inputs, targets = batch["inputs"], batch["targets"]
+        if self.encoder.masked_training:
+            if targets.shape[1] == 1:
+                raise ValueError(
+                    f"{type(self.encoder).__name__} trains on whole windows: give batches of "
+                    "train_samples=last_window or windows, not prefixes"
+                )
+            # The window's last L items (targets = window[1:]) with some of them hidden: only
+            # the masked positions are queries, each for the item it hides.
+            masked, targets = self.encoder.cloze(targets)
+            return self.encoder(masked), targets, targets > 0
+        if targets.shape[1] == 1:  # one sample per target (prefixes): only the last position
+            queries, inputs = self.encoder.encode_last(inputs)[:, None], inputs[:, -1:]
+        else:
+            queries = self.encoder(inputs)
+        # A position trains only when it has both a real input item and a real next item.
+        return queries, targets, (targets > 0) & (inputs > 0)
+
     def encode(self, batch: dict[str, Tensor]) -> Tensor:
-        """The query after each user's last input item: ``[B, D]``."""
+        """The query for the item after each user's last input item: ``[B, D]``."""
+        if self.encoder.masked_training:
+            # A cloze encoder asks for the next item at a mask it appends to the history.
+            return self.encoder.encode_last(batch["inputs"])
+        # Next-item encoders keep the last position of the full pass: SASRec's cheaper
+        # encode_last agrees with it only up to float rounding, and the evaluation stays
+        # bit-for-bit what it has been.
         return self.encoder(batch["inputs"])[:, -1]
 
     def update_metrics(self, metrics: RankingMetrics, batch: dict[str, Tensor]) -> None:

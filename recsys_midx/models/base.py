@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +27,10 @@ class SequenceEncoder(nn.Module, abc.ABC):
     Raises:
         ValueError: if any size is not positive.
     """
+
+    #: Whether the encoder trains by the cloze objective (masked items, BERT4Rec) rather than by
+    #: next-item prediction at every position; the training step reads it.
+    masked_training: ClassVar[bool] = False
 
     def __init__(self, num_items: int, dim: int, max_len: int) -> None:
         super().__init__()
@@ -67,7 +72,8 @@ class SequenceEncoder(nn.Module, abc.ABC):
 
     def encode_last(self, item_seq: Tensor) -> Tensor:
         """The query after the last input item, ``[B, D]``: ``self(item_seq)[:, -1]``, which an
-        encoder may compute more cheaply (SASRec's last block computes that position only).
+        encoder may compute more cheaply (SASRec's last block computes that position only); a
+        cloze encoder (BERT4Rec) asks for the next item at a mask appended to the history.
 
         Args:
             item_seq: ``[B, L]`` left-padded item ids.

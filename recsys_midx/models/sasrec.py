@@ -6,95 +6,20 @@ import math
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from recsys_midx.models.attention import (
+    ACTIVATIONS,
+    FFNActivation,
+    NormPlacement,
+    Residual,
+    SelfAttentionBlock,
+)
 from recsys_midx.models.base import SequenceEncoder
 
-#: Where the LayerNorm of a block sits: before each sublayer (``pre``) or after each residual
-#: sum (``post``, as in the original Transformer and RecBole's SASRec).
-NormPlacement = Literal["pre", "post"]
 #: Which item gets position 0: the last input item (``last``: a query's own position is always
 #: the same) or the first real item of the sequence (``first``: positions count its history).
 PositionOrigin = Literal["last", "first"]
-#: What the attention sublayer adds its output to: the block's input (``input``, the standard
-#: residual) or, with ``norm="pre"``, the normalised input that also gives the queries, while
-#: keys and values come from the un-normalised input (``normed_query``, the SASRec block of
-#: pmixer/SASRec.pytorch: ``Q = LN(x); x = Q + MHA(Q, x, x)``).
-Residual = Literal["input", "normed_query"]
-#: The feed-forward network's activation.
-FFNActivation = Literal["gelu", "relu"]
-_ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
-
-
-class _CausalSelfAttentionBlock(nn.Module):
-    """Transformer block: causal self-attention then a position-wise feed-forward network."""
-
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        dropout: float,
-        attention_dropout: float,
-        norm: NormPlacement,
-        ffn_dropout: bool,
-        ffn_dim: int,
-        ffn_activation: FFNActivation,
-        residual: Residual,
-    ) -> None:
-        super().__init__()
-        self.num_heads, self.pre_norm = num_heads, norm == "pre"
-        self.normed_query = residual == "normed_query"
-        self.attn_norm = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.out = nn.Linear(dim, dim)
-        self.ffn_norm = nn.LayerNorm(dim)
-        hidden_dropout = [nn.Dropout(dropout)] if ffn_dropout else []
-        self.ffn = nn.Sequential(
-            nn.Linear(dim, ffn_dim),
-            _ACTIVATIONS[ffn_activation](),
-            *hidden_dropout,
-            nn.Linear(ffn_dim, dim),
-        )
-        self.dropout = nn.Dropout(dropout)
-        self.attn_dropout = attention_dropout
-
-    def forward(self, x: Tensor, allowed: Tensor, last_only: bool = False) -> Tensor:
-        """Positions ``x`` ``[B, L, D]`` -> ``[B, L, D]``, or ``[B, 1, D]`` for the last
-        position only (``last_only``: keys and values still come from every position)."""
-        batch, length, dim = x.shape
-
-        def heads(t: Tensor) -> Tensor:
-            return t.view(batch, -1, self.num_heads, dim // self.num_heads).transpose(1, 2)
-
-        normed = self.attn_norm(x) if self.pre_norm else x
-        if self.normed_query:
-            # Queries from the normalised input, keys and values from the input itself; the
-            # normalised input is what the attention output is added to.
-            q = heads(F.linear(normed, self.qkv.weight[:dim], self.qkv.bias[:dim]))
-            k, v = F.linear(x, self.qkv.weight[dim:], self.qkv.bias[dim:]).chunk(2, dim=-1)
-            k, v, x = heads(k), heads(v), normed
-            if last_only:
-                q, allowed, x = q[:, :, -1:], allowed[:, :, -1:], x[:, -1:]
-        elif last_only:
-            # Split the fused projection: only the last position needs a query.
-            q = heads(F.linear(normed[:, -1:], self.qkv.weight[:dim], self.qkv.bias[:dim]))
-            k, v = F.linear(normed, self.qkv.weight[dim:], self.qkv.bias[dim:]).chunk(2, dim=-1)
-            k, v, allowed, x = heads(k), heads(v), allowed[:, :, -1:], x[:, -1:]
-        else:
-            q, k, v = (
-                self.qkv(normed)
-                .view(batch, length, 3, self.num_heads, dim // self.num_heads)
-                .permute(2, 0, 3, 1, 4)
-            )
-        attended = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=allowed, dropout_p=self.attn_dropout if self.training else 0.0
-        )
-        x = x + self.dropout(self.out(attended.transpose(1, 2).reshape(batch, -1, dim)))
-        if self.pre_norm:
-            return x + self.dropout(self.ffn(self.ffn_norm(x)))
-        x = self.attn_norm(x)
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
 
 class SASRec(SequenceEncoder):
@@ -164,7 +89,7 @@ class SASRec(SequenceEncoder):
             raise ValueError(f"norm={norm!r} must be 'pre' or 'post'")
         if position_origin not in ("last", "first"):
             raise ValueError(f"position_origin={position_origin!r} must be 'last' or 'first'")
-        if ffn_activation not in _ACTIVATIONS:
+        if ffn_activation not in ACTIVATIONS:
             raise ValueError(f"ffn_activation={ffn_activation!r} must be 'gelu' or 'relu'")
         if residual not in ("input", "normed_query"):
             raise ValueError(f"residual={residual!r} must be 'input' or 'normed_query'")
@@ -178,7 +103,7 @@ class SASRec(SequenceEncoder):
         self.emb_dropout = nn.Dropout(dropout)
         attention_dropout = dropout if attention_dropout is None else attention_dropout
         self.blocks = nn.ModuleList(
-            _CausalSelfAttentionBlock(
+            SelfAttentionBlock(
                 dim,
                 num_heads,
                 dropout,

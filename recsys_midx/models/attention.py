@@ -1,0 +1,127 @@
+"""The transformer block of the attention encoders (SASRec, BERT4Rec): multi-head
+self-attention under a given mask, then a position-wise feed-forward network.
+
+The block itself is neither causal nor bidirectional: the encoder passes the boolean mask of
+which keys each position may attend to (SASRec's is causal, BERT4Rec's lets every position see
+every real item).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+#: Where the LayerNorm of a block sits: before each sublayer (``pre``) or after each residual
+#: sum (``post``, as in the original Transformer and RecBole's SASRec).
+NormPlacement = Literal["pre", "post"]
+#: What the attention sublayer adds its output to: the block's input (``input``, the standard
+#: residual) or, with ``norm="pre"``, the normalised input that also gives the queries, while
+#: keys and values come from the un-normalised input (``normed_query``, the SASRec block of
+#: pmixer/SASRec.pytorch: ``Q = LN(x); x = Q + MHA(Q, x, x)``).
+Residual = Literal["input", "normed_query"]
+#: The feed-forward network's activation.
+FFNActivation = Literal["gelu", "relu"]
+ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
+
+
+class SelfAttentionBlock(nn.Module):
+    """Transformer block: self-attention over the positions a mask allows, then a position-wise
+    feed-forward network, each sublayer with dropout, a residual sum and a LayerNorm.
+
+    Args:
+        dim: hidden size ``D``; ``num_heads`` must divide it (the encoder checks).
+        num_heads: attention heads.
+        dropout: dropout on the sublayers' outputs and (``ffn_dropout``) the feed-forward
+            hidden layer.
+        attention_dropout: dropout on attention probabilities.
+        norm: LayerNorm placement (see :data:`NormPlacement`).
+        ffn_dropout: dropout on the feed-forward hidden layer.
+        ffn_dim: the feed-forward hidden width.
+        ffn_activation: ``"gelu"`` or ``"relu"`` (see :data:`FFNActivation`).
+        residual: what the attention output is added to (see :data:`Residual`).
+
+    Example:
+        >>> import torch
+        >>> block = SelfAttentionBlock(8, 2, 0.0, 0.0, "pre", True, 32, "gelu", "input")
+        >>> allowed = torch.ones(1, 1, 3, 3, dtype=torch.bool)  # every position sees every one
+        >>> block(torch.randn(1, 3, 8), allowed).shape
+        torch.Size([1, 3, 8])
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        dropout: float,
+        attention_dropout: float,
+        norm: NormPlacement,
+        ffn_dropout: bool,
+        ffn_dim: int,
+        ffn_activation: FFNActivation,
+        residual: Residual,
+    ) -> None:
+        super().__init__()
+        self.num_heads, self.pre_norm = num_heads, norm == "pre"
+        self.normed_query = residual == "normed_query"
+        self.attn_norm = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.ffn_norm = nn.LayerNorm(dim)
+        hidden_dropout = [nn.Dropout(dropout)] if ffn_dropout else []
+        self.ffn = nn.Sequential(
+            nn.Linear(dim, ffn_dim),
+            ACTIVATIONS[ffn_activation](),
+            *hidden_dropout,
+            nn.Linear(ffn_dim, dim),
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.attn_dropout = attention_dropout
+
+    def forward(self, x: Tensor, allowed: Tensor, last_only: bool = False) -> Tensor:
+        """Positions ``x`` ``[B, L, D]`` -> ``[B, L, D]``, or ``[B, 1, D]`` for the last
+        position only (``last_only``: keys and values still come from every position).
+
+        Args:
+            x: ``[B, L, D]`` the positions' hidden states.
+            allowed: ``[B, 1, L, L]`` boolean, true where position ``i`` (row) may attend to
+                position ``j`` (column); no row may be all false.
+            last_only: compute the last position's output only.
+
+        Returns:
+            ``[B, L, D]``, or ``[B, 1, D]`` with ``last_only``.
+        """
+        batch, length, dim = x.shape
+
+        def heads(t: Tensor) -> Tensor:
+            return t.view(batch, -1, self.num_heads, dim // self.num_heads).transpose(1, 2)
+
+        normed = self.attn_norm(x) if self.pre_norm else x
+        if self.normed_query:
+            # Queries from the normalised input, keys and values from the input itself; the
+            # normalised input is what the attention output is added to.
+            q = heads(F.linear(normed, self.qkv.weight[:dim], self.qkv.bias[:dim]))
+            k, v = F.linear(x, self.qkv.weight[dim:], self.qkv.bias[dim:]).chunk(2, dim=-1)
+            k, v, x = heads(k), heads(v), normed
+            if last_only:
+                q, allowed, x = q[:, :, -1:], allowed[:, :, -1:], x[:, -1:]
+        elif last_only:
+            # Split the fused projection: only the last position needs a query.
+            q = heads(F.linear(normed[:, -1:], self.qkv.weight[:dim], self.qkv.bias[:dim]))
+            k, v = F.linear(normed, self.qkv.weight[dim:], self.qkv.bias[dim:]).chunk(2, dim=-1)
+            k, v, allowed, x = heads(k), heads(v), allowed[:, :, -1:], x[:, -1:]
+        else:
+            q, k, v = (
+                self.qkv(normed)
+                .view(batch, length, 3, self.num_heads, dim // self.num_heads)
+                .permute(2, 0, 3, 1, 4)
+            )
+        attended = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=allowed, dropout_p=self.attn_dropout if self.training else 0.0
+        )
+        x = x + self.dropout(self.out(attended.transpose(1, 2).reshape(batch, -1, dim)))
+        if self.pre_norm:
+            return x + self.dropout(self.ffn(self.ffn_norm(x)))
+        x = self.attn_norm(x)
+        return self.ffn_norm(x + self.dropout(self.ffn(x)))
