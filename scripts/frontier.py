@@ -8,7 +8,8 @@ exact softmax; uniform and popularity sampling with 256, 1,024 and 4,096 negativ
 query and shared by the batch; in-batch negatives; MIDX without exact top cells at 32, 64 and 256
 negatives, MIDX as configured by default (exact top cells sized from the catalog) at the task's
 negatives and at 256, and both MIDX variants with 1,024 negatives shared by the batch; and the
-kernel, SIR, DNS and LSH samplers at 256 (SIR and DNS from uniform pools of 512).
+kernel, SIR, DNS and LSH samplers at 256 (SIR and DNS from uniform pools of 512); and the
+objectives gBCE (256 uniform negatives) and Scalable Cross-Entropy (``seqrec`` only).
 
 Runs go to ``OUT/TASK/LABEL``, and the report of :mod:`recsys_midx.app.summarize`
 (``summary.md``, ``time_to_quality.md``, ``val_quality_vs_time.png``...) to ``OUT/TASK``. A run
@@ -44,11 +45,23 @@ MIDX_NEGATIVES = (32, 64, 256)
 CHALLENGER_NEGATIVES = 256
 #: Negatives of MIDX shared by the batch.
 SHARED_MIDX_NEGATIVES = 1024
+#: The large-catalog objectives of sequential recommendation beside the sampled softmax:
+#: gSASRec's gBCE on uniform negatives, as its authors train it, and Scalable Cross-Entropy,
+#: which picks its candidates by random-projection buckets and draws nothing from the sampler.
+OBJECTIVES = {
+    f"gbce-{CHALLENGER_NEGATIVES}": [
+        "loss=gbce",
+        "sampler=uniform",
+        f"sampler.num_negatives={CHALLENGER_NEGATIVES}",
+    ],
+    "sce": ["loss=sce", "sampler=uniform"],
+}
 
 
-def configurations() -> dict[str, list[str]]:
-    """Each run's label and its ``train.py`` overrides, the exact softmax (the reference) first
-    and the costliest runs (per-query draws, the kernel sampler) last."""
+def configurations(task: str) -> dict[str, list[str]]:
+    """Each run's label and its ``train.py`` overrides for ``task`` (one of :data:`EXPERIMENTS`),
+    the exact softmax (the reference) first and the costliest runs (per-query draws, the kernel
+    sampler) last."""
     runs = {"full": ["sampler=full"], "midx": ["sampler=midx"]}
     runs[f"midx-{CHALLENGER_NEGATIVES}"] = [
         "sampler=midx",
@@ -78,6 +91,8 @@ def configurations() -> dict[str, list[str]]:
             f"sampler.num_negatives={SHARED_MIDX_NEGATIVES}",
             "loss.shared_negatives=true",
         ]
+    if task == "seqrec":
+        runs.update(OBJECTIVES)
     # Last: the kernel sampler scores a block of items per draw, the costliest epoch of the
     # sweep (docs/results.md has the times).
     runs["kernel"] = ["sampler=kernel", f"sampler.num_negatives={CHALLENGER_NEGATIVES}"]
@@ -101,16 +116,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--threads", type=int, default=2, help="CPU threads of each run (runs go one at a time)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--overrides",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="train.py overrides added to every run, e.g. task.module.table_optimizer=null",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "multirun" / "frontier")
     parser.add_argument(
         "--dry-run", action="store_true", help="print the training commands and exit"
     )
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.only or ()) - set(configurations()))
+    runs = configurations(args.task)
+    unknown = sorted(set(args.only or ()) - set(runs))
     if unknown:
-        parser.error(
-            f"--only: unknown runs {', '.join(unknown)}; choose from {', '.join(configurations())}"
-        )
+        parser.error(f"--only: unknown runs {', '.join(unknown)}; choose from {', '.join(runs)}")
     if args.max_minutes < 1:
         parser.error(f"--max-minutes must be >= 1, got {args.max_minutes}")
     return args
@@ -124,6 +145,7 @@ def command(args: argparse.Namespace, label: str, overrides: list[str]) -> list[
         str(ROOT / "train.py"),
         f"experiment={EXPERIMENTS[args.task]}",
         *overrides,
+        *args.overrides,
         f"seed={args.seed}",
         f"threads={args.threads}",
         "resume=auto",
@@ -137,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     chosen = {
         label: overrides
-        for label, overrides in configurations().items()
+        for label, overrides in configurations(args.task).items()
         if args.only is None or label in args.only
     }
     task_dir = args.out / args.task

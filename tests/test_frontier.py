@@ -18,13 +18,19 @@ _SPEC.loader.exec_module(frontier)
 
 @pytest.mark.parametrize("task", sorted(frontier.EXPERIMENTS))
 def test_every_frontier_run_builds_its_sampler_and_loss(compose_config, task):
-    for label, overrides in frontier.configurations().items():
+    runs = frontier.configurations(task)
+    assert (set(frontier.OBJECTIVES) <= set(runs)) == (task == "seqrec")
+    for label, overrides in runs.items():
         cfg = compose_config([f"experiment={frontier.EXPERIMENTS[task]}", *overrides])
         sampler = instantiate(cfg.sampler, num_items=5_000)
         loss = instantiate(cfg.loss)
+        assert cfg.task.monitor == {"seqrec": "val/ndcg@10", "xc": "val/p@1"}[task]
+        if label in frontier.OBJECTIVES:  # named by the objective, not the sampler
+            expected = {"gbce": "GBCELoss", "sce": "ScalableCrossEntropyLoss"}
+            assert type(loss).__name__ == expected[label.split("-")[0]], label
+            continue
         assert type(sampler).__name__.lower().startswith(label.split("-")[0].split("_")[0]), label
         assert loss.shared_negatives == label.endswith("-shared"), label
-        assert cfg.task.monitor == {"seqrec": "val/ndcg@10", "xc": "val/p@1"}[task]
 
 
 def test_dry_run_prints_one_command_per_chosen_run(tmp_path):
@@ -42,6 +48,8 @@ def test_dry_run_prints_one_command_per_chosen_run(tmp_path):
             "--only",
             "full",
             "uniform-256-shared",
+            "--overrides",
+            "task.module.table_optimizer=null",
         ],
         capture_output=True,
         text=True,
@@ -53,4 +61,5 @@ def test_dry_run_prints_one_command_per_chosen_run(tmp_path):
     assert "+trainer.max_time=00:01:30:00" in lines[0]
     assert f"hydra.run.dir={tmp_path / 'xc' / 'uniform-256-shared'}" in lines[1]
     assert "loss.shared_negatives=true" in lines[1]
+    assert all(" task.module.table_optimizer=null " in line for line in lines)
     assert not any(tmp_path.iterdir())
