@@ -95,6 +95,7 @@ def test_the_protocol_sets_the_published_training_and_block(datamodule) -> None:
     assert cfg.task.datamodule.batch_size == 128 and cfg.trainer.max_epochs == 100
     assert cfg.callbacks.early_stopping.patience == 10 and cfg.task.monitor == "val/ndcg@10"
     assert cfg.task.module.optimizer.lr == 0.001
+    assert cfg.task.module.table_optimizer is None  # Adam over the item table too
     model = cfg.model
     assert (model.dim, model.num_layers, model.num_heads, model.dropout) == (64, 2, 1, 0.1)
     assert (model.residual, model.ffn_dim, model.ffn_activation) == ("normed_query", 64, "relu")
