@@ -20,7 +20,7 @@ from recsys_midx.app.experiment import (
     RESULTS_FILE,
     build,
     peak_memory_mb,
-    sampler_fields,
+    training_fields,
     write_json_atomically,
 )
 from recsys_midx.app.threads import apply_threads
@@ -80,9 +80,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     Returns:
         ``config`` (the evaluated one), ``dataset``, ``metrics`` (``val/*`` and ``test/*``),
         ``best_epoch``, ``epochs_run``, ``train_wall_seconds`` and ``seconds_per_epoch`` (null:
-        nothing was trained), ``peak_memory_mb``, ``sampler``, ``exact_positives``,
-        ``best_checkpoint`` (the evaluated checkpoint), ``output_dir`` and ``evaluated_run``
-        (``run_dir`` or null).
+        nothing was trained), ``peak_memory_mb``, ``table_optimizer``, ``sampler``,
+        ``exact_positives``, ``best_checkpoint`` (the evaluated checkpoint), ``output_dir`` and
+        ``evaluated_run`` (``run_dir`` or null).
 
     Raises:
         ValueError: neither ``run_dir`` nor ``ckpt_path`` is set.
@@ -111,7 +111,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "train_wall_seconds": None,
         "seconds_per_epoch": None,
         "peak_memory_mb": peak_memory_mb(),
-        **sampler_fields(module, []),
+        **training_fields(module, []),
         "best_checkpoint": str(checkpoint),
         "output_dir": str(experiment.output_dir),
         "evaluated_run": str(cfg.run_dir) if cfg.get("run_dir") else None,

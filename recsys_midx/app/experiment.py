@@ -188,10 +188,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "train_wall_seconds": train_wall_seconds,
         "seconds_per_epoch": _mean([row["train_seconds"] for row in epochs]),
         "peak_memory_mb": peak_memory_mb(),
-        # The item table's optimizer as trained (task.module.table_optimizer=auto resolved);
-        # null: the dense optimizer's.
-        "table_optimizer": module.table_optimizer,
-        **sampler_fields(module, refreshes),
+        **training_fields(module, refreshes),
         "best_checkpoint": best_checkpoint or None,
         "output_dir": str(output_dir),
     }
@@ -205,10 +202,13 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def sampler_fields(module: CatalogModule, refreshes: list[dict[str, float]]) -> dict[str, Any]:
-    """The ``sampler`` and ``exact_positives`` entries of ``results.json``, for a training run
-    (its refresh history) and an evaluation (no refreshes) alike."""
+def training_fields(module: CatalogModule, refreshes: list[dict[str, float]]) -> dict[str, Any]:
+    """The ``sampler``, ``exact_positives`` and ``table_optimizer`` entries of ``results.json``,
+    for a training run (its refresh history) and an evaluation (no refreshes) alike.
+    ``table_optimizer`` is the item table's optimizer as built (``auto`` resolved; null: the
+    dense optimizer's)."""
     return {
+        "table_optimizer": module.table_optimizer,
         "sampler": {
             **sampler_summary(refreshes),
             "sizing": module.sampler.sizing(),
