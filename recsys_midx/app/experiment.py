@@ -318,8 +318,9 @@ def sampler_lines(results: dict[str, Any]) -> list[str]:
     name = sampler["_target_"].rsplit(".", 1)[-1]
     sizing = summary.get("sizing") or {}
     top = " and its exact top cells" if sizing.get("exact_top_codewords") else ""
+    per = "shared by each batch" if loss.get("shared_negatives") else "per query"
     lines = [
-        f"sampled softmax: {sampler['num_negatives']} negatives from {name}{top} per query, "
+        f"sampled softmax: {sampler['num_negatives']} negatives from {name}{top} {per}, "
         f"of {items:,} items"
     ]
     if summary.get("kl_last") is not None and summary.get("kl_uniform_last") is not None:
