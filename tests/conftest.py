@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -9,11 +10,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from recsys_midx.samplers import Sampler
+from recsys_midx.heads import DotHead
+from recsys_midx.lit import SeqRecModule
+from recsys_midx.losses import SoftmaxLoss
+from recsys_midx.samplers import FullSampler, Sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = ROOT / "recsys_midx" / "conf"
@@ -86,6 +91,18 @@ def run_train(
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+def exact_softmax_module(encoder: torch.nn.Module) -> SeqRecModule:
+    """``encoder`` trained by the exact softmax with a dot head (Adam), in evaluation mode: the
+    training step of a module built by hand, without configs."""
+    return SeqRecModule(
+        encoder,
+        DotHead(),
+        FullSampler(encoder.num_items),
+        SoftmaxLoss(),
+        functools.partial(torch.optim.Adam),
+    ).eval()
 
 
 def sampler_config_class(name: str) -> type[Sampler]:

@@ -3,14 +3,13 @@ pre-flight check of its training samples and whole runs with every kind of sampl
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
-from conftest import FEW_STEPS, TINY_RUN, sampler_overrides
+from conftest import FEW_STEPS, TINY_RUN, exact_softmax_module, sampler_overrides
 from trained_runs import csv_histories, train_custom_run
 
 from recsys_midx import load_run, recommend
@@ -21,11 +20,8 @@ from recsys_midx.app.recommend import history_queries
 from recsys_midx.errors import ConfigError
 from recsys_midx.heads import DotHead
 from recsys_midx.inference.query_encoder import trace_query_encoder
-from recsys_midx.lit import SeqRecModule
 from recsys_midx.lit.reliability import capture_random_state, restore_random_state
-from recsys_midx.losses import SoftmaxLoss
 from recsys_midx.models import BERT4Rec, SASRec
-from recsys_midx.samplers import FullSampler
 
 MASK = BERT4Rec.MASK
 
@@ -180,16 +176,6 @@ def test_cloze_draws_from_the_global_random_state_that_checkpoints_save() -> Non
 # -- the training step ----------------------------------------------------------------------------
 
 
-def _module(encoder) -> SeqRecModule:
-    return SeqRecModule(
-        encoder,
-        DotHead(),
-        FullSampler(encoder.num_items),
-        SoftmaxLoss(),
-        functools.partial(torch.optim.Adam),
-    ).eval()
-
-
 def _window_batch(seed: int) -> dict[str, torch.Tensor]:
     """A ``last_window`` batch: windows of 9 items, inputs = window[:-1], targets = window[1:]."""
     window = _histories(16, 9, 50, seed=seed)
@@ -198,7 +184,7 @@ def _window_batch(seed: int) -> dict[str, torch.Tensor]:
 
 def test_the_loss_counts_the_masked_positions_only() -> None:
     encoder = _encoder()
-    module = _module(encoder)
+    module = exact_softmax_module(encoder)
     batch = _window_batch(seed=8)
     counted: list[int] = []
     objective = module.objective
@@ -219,7 +205,7 @@ def test_the_loss_counts_the_masked_positions_only() -> None:
 
 
 def test_prefix_batches_are_refused_by_a_cloze_encoder() -> None:
-    module = _module(_encoder())
+    module = exact_softmax_module(_encoder())
     batch = {"inputs": torch.tensor([[0, 0, 0, 0, 0, 0, 3, 4]]), "targets": torch.tensor([[5]])}
     with pytest.raises(ValueError, match="prefixes"):
         module.training_step(batch, 0)
@@ -228,10 +214,14 @@ def test_prefix_batches_are_refused_by_a_cloze_encoder() -> None:
 def test_evaluation_queries_append_the_mask_and_sasrecs_stay_its_last_position() -> None:
     batch = _window_batch(seed=10)
     bert = _encoder()
-    torch.testing.assert_close(_module(bert).encode(batch), bert.encode_last(batch["inputs"]))
+    torch.testing.assert_close(
+        exact_softmax_module(bert).encode(batch), bert.encode_last(batch["inputs"])
+    )
     torch.manual_seed(0)
     sasrec = SASRec(num_items=50, dim=16, num_heads=2, max_len=8)
-    assert torch.equal(_module(sasrec).encode(batch), sasrec.eval()(batch["inputs"])[:, -1])
+    assert torch.equal(
+        exact_softmax_module(sasrec).encode(batch), sasrec.eval()(batch["inputs"])[:, -1]
+    )
 
 
 # -- configuration and whole runs -----------------------------------------------------------------

@@ -7,7 +7,6 @@ item says which interaction it is.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -17,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import TINY_RUN, run_train, sampler_overrides
+from conftest import TINY_RUN, exact_softmax_module, run_train, sampler_overrides
 from lightning.pytorch.trainer.connectors.data_connector import _get_distributed_sampler
 from lightning.pytorch.utilities.data import _update_dataloader
 from omegaconf import DictConfig
@@ -29,11 +28,7 @@ from recsys_midx.data.splits import LeaveOneOutSplit, SequenceSplit
 from recsys_midx.data.time_split import GlobalTimeSplit
 from recsys_midx.data.train_samples import SAMPLE_KINDS, TrainSamples
 from recsys_midx.errors import ConfigError
-from recsys_midx.heads import DotHead
-from recsys_midx.lit import SeqRecModule
-from recsys_midx.losses import SoftmaxLoss
 from recsys_midx.models import SASRec
-from recsys_midx.samplers import FullSampler
 
 MAX_LEN = 4
 #: Interactions per user: training parts of 1, 2, 2, 3, 7, 13 and 21 items under leave-one-out,
@@ -137,13 +132,7 @@ def test_a_prefix_batch_trains_the_last_query_as_the_full_encoder_would() -> Non
     batch = _all(TrainSamples(split.items, split.spans("train"), MAX_LEN, "prefixes"))
     torch.manual_seed(0)
     encoder = SASRec(num_items=int(split.items.max()), dim=8, num_heads=2, max_len=MAX_LEN)
-    module = SeqRecModule(
-        encoder,
-        DotHead(),
-        FullSampler(encoder.num_items),
-        SoftmaxLoss(),
-        functools.partial(torch.optim.Adam),
-    ).eval()
+    module = exact_softmax_module(encoder)
     expected = module.objective(encoder(batch["inputs"])[:, -1], batch["targets"][:, 0])
     torch.testing.assert_close(module.training_step(batch, 0), expected)
 

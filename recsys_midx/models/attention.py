@@ -26,12 +26,39 @@ FFNActivation = Literal["gelu", "relu"]
 ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
 
 
+def checked_ffn_dim(dim: int, num_heads: int, ffn_dim: int | None) -> int:
+    """Check an attention encoder's head count and resolve its feed-forward width.
+
+    Args:
+        dim: hidden size ``D``.
+        num_heads: attention heads; must be positive and divide ``dim``.
+        ffn_dim: the feed-forward hidden width; ``None``: ``4 * dim``.
+
+    Returns:
+        The feed-forward hidden width.
+
+    Raises:
+        ValueError: if ``num_heads`` does not divide ``dim`` or the width is not positive.
+
+    Example:
+        >>> checked_ffn_dim(64, 2, None)
+        256
+    """
+    if num_heads <= 0 or dim % num_heads:
+        raise ValueError(f"num_heads={num_heads} must be positive and divide dim={dim}")
+    ffn_dim = 4 * dim if ffn_dim is None else int(ffn_dim)
+    if ffn_dim <= 0:
+        raise ValueError(f"ffn_dim={ffn_dim} must be positive")
+    return ffn_dim
+
+
 class SelfAttentionBlock(nn.Module):
     """Transformer block: self-attention over the positions a mask allows, then a position-wise
     feed-forward network, each sublayer with dropout, a residual sum and a LayerNorm.
 
     Args:
-        dim: hidden size ``D``; ``num_heads`` must divide it (the encoder checks).
+        dim: hidden size ``D``; ``num_heads`` must divide it (the encoder checks, with
+            :func:`checked_ffn_dim`).
         num_heads: attention heads.
         dropout: dropout on the sublayers' outputs and (``ffn_dropout``) the feed-forward
             hidden layer.

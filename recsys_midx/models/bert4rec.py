@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from recsys_midx.models.attention import SelfAttentionBlock
+from recsys_midx.models.attention import SelfAttentionBlock, checked_ffn_dim
 from recsys_midx.models.base import SequenceEncoder
 
 
@@ -85,13 +85,9 @@ class BERT4Rec(SequenceEncoder):
         super().__init__(num_items, dim, max_len)
         if num_layers <= 0:
             raise ValueError(f"num_layers must be > 0, got {num_layers}")
-        if num_heads <= 0 or dim % num_heads:
-            raise ValueError(f"num_heads={num_heads} must be positive and divide dim={dim}")
+        ffn_dim = checked_ffn_dim(dim, num_heads, ffn_dim)
         if not 0.0 < mask_prob <= 1.0:
             raise ValueError(f"mask_prob must be in (0, 1], got {mask_prob}")
-        ffn_dim = 4 * dim if ffn_dim is None else int(ffn_dim)
-        if ffn_dim <= 0:
-            raise ValueError(f"ffn_dim={ffn_dim} must be positive")
         self.mask_prob = mask_prob
         self.mask_emb = nn.Parameter(torch.empty(dim))
         self.pos_emb = nn.Embedding(max_len, dim)

@@ -14,6 +14,7 @@ from recsys_midx.models.attention import (
     NormPlacement,
     Residual,
     SelfAttentionBlock,
+    checked_ffn_dim,
 )
 from recsys_midx.models.base import SequenceEncoder
 
@@ -83,8 +84,7 @@ class SASRec(SequenceEncoder):
         residual: Residual = "input",
     ) -> None:
         super().__init__(num_items, dim, max_len)
-        if num_heads <= 0 or dim % num_heads:
-            raise ValueError(f"num_heads={num_heads} must be positive and divide dim={dim}")
+        ffn_dim = checked_ffn_dim(dim, num_heads, ffn_dim)
         if norm not in ("pre", "post"):
             raise ValueError(f"norm={norm!r} must be 'pre' or 'post'")
         if position_origin not in ("last", "first"):
@@ -95,9 +95,6 @@ class SASRec(SequenceEncoder):
             raise ValueError(f"residual={residual!r} must be 'input' or 'normed_query'")
         if residual == "normed_query" and norm != "pre":
             raise ValueError("residual='normed_query' needs norm='pre'")
-        ffn_dim = 4 * dim if ffn_dim is None else int(ffn_dim)
-        if ffn_dim <= 0:
-            raise ValueError(f"ffn_dim={ffn_dim} must be positive")
         self.pos_emb = nn.Embedding(max_len, dim)
         self.input_norm = nn.LayerNorm(dim) if input_norm else nn.Identity()
         self.emb_dropout = nn.Dropout(dropout)
