@@ -33,6 +33,22 @@ def test_catalog_logsumexp_gradcheck_leaves_padding_out():
     assert torch.equal(item_emb.grad[0], torch.zeros(4))
 
 
+def test_catalog_logsumexp_one_block_matches_the_chunks():
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(3, 4, generator=generator, dtype=torch.float64).requires_grad_()
+    item_emb = torch.randn(12, 4, generator=generator, dtype=torch.float64).requires_grad_()
+    # chunk_size >= N: one product, its softmax weights kept for backward.
+    torch.autograd.gradcheck(lambda q, v: catalog_logsumexp(q, v, chunk_size=11), (query, item_emb))
+    grad_lse = torch.randn(3, generator=generator, dtype=torch.float64)
+    gradients = []
+    for chunk_size in (11, 4):
+        lse = catalog_logsumexp(query, item_emb, chunk_size=chunk_size)
+        gradients.append((lse, *torch.autograd.grad(lse, (query, item_emb), grad_lse)))
+    for one_block, chunked in zip(*gradients):
+        torch.testing.assert_close(one_block, chunked)
+    assert torch.equal(gradients[0][2][0], torch.zeros(4))  # padding row outside the normaliser
+
+
 def test_catalog_logsumexp_computes_half_precision_in_float32():
     query, item_emb = torch.randn(2, 4).bfloat16(), torch.randn(9, 4).bfloat16()
     lse = catalog_logsumexp(query, item_emb, chunk_size=3)

@@ -51,6 +51,11 @@ _CPU_BLOCK_SCORES = 1 << 21
 _CPU_MIN_CHUNK_ITEMS = 256
 
 
+#: The most scores the one-block path keeps for backward (256 MiB of float32): within it a catalog
+#: that fits in one chunk is scored by one product whose softmax weights backward reuses.
+_ONE_BLOCK_MAX_SCORES = 1 << 26
+
+
 def items_per_chunk(chunk_size: int, scores_per_item: int, device: torch.device) -> int:
     """Items scored at once: ``chunk_size``, capped on CPU so a block holds about
     :data:`_CPU_BLOCK_SCORES` scores (``scores_per_item`` = queries times components). Accelerators
@@ -82,18 +87,29 @@ class _ChunkedLogSumExp(torch.autograd.Function):
 
     Forward keeps a running logsumexp over item chunks; backward recomputes each chunk's logits and
     turns them into softmax weights ``exp(logits - lse)`` to accumulate the gradients, so peak
-    memory is one ``[Q, chunk_size]`` block in both passes. Both passes compute in the inputs'
-    dtype with autocast off: backward runs outside the caller's autocast region, so logits
-    rounded to half precision in forward only would not match the recomputed ones, and
-    ``exp(logits - lse)`` would overflow for large scores.
+    memory is one ``[Q, chunk_size]`` block in both passes. A catalog of at most ``chunk_size``
+    items whose ``[Q, N]`` scores stay within :data:`_ONE_BLOCK_MAX_SCORES` is one block: forward
+    keeps its softmax weights and backward reuses them, one product fewer than recomputing (the
+    memory bound is the same). Both passes compute in the inputs' dtype with autocast off:
+    backward runs outside the caller's autocast region, so logits rounded to half precision in
+    forward only would not match the recomputed ones, and ``exp(logits - lse)`` would overflow
+    for large scores.
     """
 
     @staticmethod
     def forward(ctx: FunctionCtx, query: Tensor, item_emb: Tensor, chunk_size: int) -> Tensor:
         num_items = item_emb.shape[0] - 1
-        chunk_size = items_per_chunk(chunk_size, query.shape[0], query.device)
-        lse = query.new_full((query.shape[0],), float("-inf"))
         with torch.autocast(query.device.type, enabled=False):
+            if num_items <= chunk_size and query.shape[0] * num_items <= _ONE_BLOCK_MAX_SCORES:
+                weights = query @ item_emb[1:].T
+                row_max = weights.amax(dim=1)
+                total = weights.sub_(row_max[:, None]).exp_().sum(dim=1)
+                weights.div_(total[:, None])
+                lse = total.log_().add_(row_max)
+                ctx.save_for_backward(query, item_emb, lse, weights)
+                return lse
+            chunk_size = items_per_chunk(chunk_size, query.shape[0], query.device)
+            lse = query.new_full((query.shape[0],), float("-inf"))
             for start in _item_chunks(num_items, chunk_size):
                 logits = query @ item_emb[start : start + chunk_size].T
                 lse = torch.logaddexp(lse, _logsumexp_rows_(logits))
@@ -104,12 +120,21 @@ class _ChunkedLogSumExp(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad_lse: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
-        query, item_emb, lse = ctx.saved_tensors
+        query, item_emb, lse, *kept = ctx.saved_tensors
         need_query, need_items = ctx.needs_input_grad[:2]
         grad_query = torch.zeros_like(query) if need_query else None
         # Row 0 (padding) is outside the normaliser, so its gradient stays zero.
         grad_items = torch.zeros_like(item_emb) if need_items else None
         with torch.autocast(query.device.type, enabled=False):
+            if kept:  # the softmax weights of the one block forward scored
+                # d loss / d logits scales their rows by grad_lse: applied to the products'
+                # small operands rather than to the [Q, N] weights.
+                weights = kept[0]
+                if grad_query is not None:
+                    grad_query = grad_lse[:, None] * (weights @ item_emb[1:])
+                if grad_items is not None:
+                    grad_items[1:] = weights.T @ (grad_lse[:, None] * query)
+                return grad_query, grad_items, None
             for start in _item_chunks(item_emb.shape[0] - 1, ctx.chunk_size):
                 items = item_emb[start : start + ctx.chunk_size]
                 # d lse / d logits = softmax; times the incoming gradient, d loss / d logits.
@@ -127,7 +152,9 @@ def catalog_logsumexp(query: Tensor, item_emb: Tensor, chunk_size: int = 32768) 
     The dot-product softmax's normaliser. Forward keeps a running logsumexp over chunks of
     ``chunk_size`` items (on CPU fewer where ``Q`` is large, so that a block of scores stays
     cache-sized); backward recomputes each chunk's scores, so memory is ``O(Q * chunk_size)``
-    rather than ``O(Q * N)`` in both passes. Both compute in :func:`compute_dtype` with autocast
+    rather than ``O(Q * N)`` in both passes. A catalog of at most ``chunk_size`` items is scored
+    in one product whose softmax weights backward reuses (up to :data:`_ONE_BLOCK_MAX_SCORES`
+    scores). Both compute in :func:`compute_dtype` with autocast
     off, because half-precision scores would overflow the softmax weights of backward.
 
     Args:
