@@ -122,7 +122,6 @@ class _ChunkedLogSumExp(torch.autograd.Function):
     def backward(ctx: FunctionCtx, grad_lse: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
         query, item_emb, lse, *kept = ctx.saved_tensors
         need_query, need_items = ctx.needs_input_grad[:2]
-        grad_query = torch.zeros_like(query) if need_query else None
         # Row 0 (padding) is outside the normaliser, so its gradient stays zero.
         grad_items = torch.zeros_like(item_emb) if need_items else None
         with torch.autocast(query.device.type, enabled=False):
@@ -130,11 +129,11 @@ class _ChunkedLogSumExp(torch.autograd.Function):
                 # d loss / d logits scales their rows by grad_lse: applied to the products'
                 # small operands rather than to the [Q, N] weights.
                 weights = kept[0]
-                if grad_query is not None:
-                    grad_query = grad_lse[:, None] * (weights @ item_emb[1:])
                 if grad_items is not None:
                     grad_items[1:] = weights.T @ (grad_lse[:, None] * query)
+                grad_query = grad_lse[:, None] * (weights @ item_emb[1:]) if need_query else None
                 return grad_query, grad_items, None
+            grad_query = torch.zeros_like(query) if need_query else None
             for start in _item_chunks(item_emb.shape[0] - 1, ctx.chunk_size):
                 items = item_emb[start : start + ctx.chunk_size]
                 # d lse / d logits = softmax; times the incoming gradient, d loss / d logits.
@@ -154,8 +153,8 @@ def catalog_logsumexp(query: Tensor, item_emb: Tensor, chunk_size: int = 32768) 
     cache-sized); backward recomputes each chunk's scores, so memory is ``O(Q * chunk_size)``
     rather than ``O(Q * N)`` in both passes. A catalog of at most ``chunk_size`` items is scored
     in one product whose softmax weights backward reuses (up to :data:`_ONE_BLOCK_MAX_SCORES`
-    scores). Both compute in :func:`compute_dtype` with autocast
-    off, because half-precision scores would overflow the softmax weights of backward.
+    scores). Both compute in :func:`compute_dtype` with autocast off, because half-precision
+    scores would overflow the softmax weights of backward.
 
     Args:
         query: ``[Q, D]`` query vectors (already divided by any temperature).
