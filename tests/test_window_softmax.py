@@ -65,6 +65,30 @@ def test_value_and_gradient_match_a_float64_derivation() -> None:
     torch.testing.assert_close(query.grad, grad)
 
 
+def test_table_gradient_matches_autograd_through_the_scores() -> None:
+    torch.manual_seed(1)
+    query = torch.randn(5, 4, dtype=torch.float64)
+    item_emb = torch.randn(12, 4, dtype=torch.float64, requires_grad=True)
+    targets = torch.tensor([2, 3, 6, 7, 9])
+    positions = torch.tensor([[True, True, False], [False, True, True], [False, False, True]])
+    neg_ids = torch.tensor([[5, 7, 1], [1, 8, 8], [4, 10, 11]])
+    # The last sequence has no valid negative left: its query's loss is 0 with no gradient.
+    valid = torch.tensor([[True, True, True], [True, False, True], [False, False, False]])
+    loss = window_softmax_loss(query, item_emb, targets, positions, neg_ids, valid)
+    weights = torch.rand(5, dtype=torch.float64)
+    (loss * weights).sum().backward()
+    reference = item_emb.detach().clone().requires_grad_(True)
+    sequence_of = positions.nonzero()[:, 0]
+    scores = (query[:, None, :] * reference[neg_ids[sequence_of]]).sum(-1)
+    scores = scores.masked_fill(~valid[sequence_of], float("-inf"))
+    positive = (query * reference[targets]).sum(-1, keepdim=True)
+    expected = torch.logsumexp(torch.cat([positive, scores], dim=1), dim=1) - positive[:, 0]
+    (expected * weights).sum().backward()
+    torch.testing.assert_close(loss, expected.detach())
+    assert loss[-1] == 0
+    torch.testing.assert_close(item_emb.grad, reference.grad)
+
+
 def test_sampler_full_and_task_xc_are_refused(compose_config) -> None:
     with pytest.raises(ConfigError, match=r"^loss=window_softmax trains on sampled negatives"):
         check_loss_negatives(compose_config(["loss=window_softmax", "sampler=full"]))

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import torch
 from torch import Tensor
+from torch.autograd.function import FunctionCtx, once_differentiable
 
 from ..heads import DotHead, HeadOutput
 from ..samplers import Sampler
@@ -50,6 +51,43 @@ def draw_outside_windows(
     keys.scatter_(1, windows, float("inf"))
     chosen, ids = keys.topk(min(num_negatives, num_items), dim=1, largest=False)
     return ids, torch.isfinite(chosen)
+
+
+class _SequenceNegativesLogSumExp(torch.autograd.Function):
+    """``lse[b, l] = log sum_m exp(query[b, l] . negatives[b, m])`` over the valid negatives.
+
+    Forward turns the ``[B, L, M]`` scores into softmax weights in place and keeps them; backward
+    reuses them in two batched products. Autograd through ``bmm`` and ``logsumexp`` would hold
+    the scores, their shifted exponentials and a masked copy, and pass over each again in
+    backward: at SASRec+ 3000's shape every such pass is 300 MB.
+    """
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, query: Tensor, negatives: Tensor, valid: Tensor | None) -> Tensor:
+        weights = torch.bmm(query, negatives.transpose(1, 2))
+        if valid is not None:
+            weights.masked_fill_(~valid[:, None, :], float("-inf"))
+        # A sequence without valid negatives has an all -inf row: shift it by 0, not by -inf.
+        row_max = weights.amax(dim=2).nan_to_num_(neginf=0.0)
+        total = weights.sub_(row_max[..., None]).exp_().sum(dim=2)
+        weights.div_(total.clamp(min=torch.finfo(total.dtype).tiny)[..., None])
+        ctx.save_for_backward(query, negatives, weights)
+        return total.log_().add_(row_max)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, grad_lse: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+        query, negatives, weights = ctx.saved_tensors
+        need_query, need_negatives = ctx.needs_input_grad[:2]
+        # d loss / d scores = weights scaled by grad_lse per row: applied to the products' small
+        # operands rather than to the [B, L, M] weights.
+        grad_query = grad_lse[..., None] * torch.bmm(weights, negatives) if need_query else None
+        grad_negatives = (
+            torch.bmm(weights.transpose(1, 2), grad_lse[..., None] * query)
+            if need_negatives
+            else None
+        )
+        return grad_query, grad_negatives, None
 
 
 @without_autocast
@@ -100,12 +138,11 @@ def window_softmax_loss(
     # sequence's, and gathering them per query would copy M rows for every position.
     padded = query.new_zeros(*positions.shape, query.shape[1])
     padded[positions] = query
-    negative = torch.bmm(padded, neg_emb.transpose(1, 2))
-    if valid is not None:
-        negative = negative.masked_fill(~valid[:, None, :], float("-inf"))
-    negative = negative[positions]
-    positive = (query * target_emb).sum(dim=-1, keepdim=True)
-    return torch.logsumexp(torch.cat([positive, negative], dim=1), dim=1) - positive[:, 0]
+    if valid is not None and bool(valid.all()):
+        valid = None
+    negative = _SequenceNegativesLogSumExp.apply(padded, neg_emb, valid)[positions]
+    positive = (query * target_emb).sum(dim=-1)
+    return torch.logaddexp(positive, negative) - positive
 
 
 class WindowSoftmaxLoss(torch.nn.Module):
