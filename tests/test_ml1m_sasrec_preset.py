@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import FEW_STEPS
 from hydra.utils import instantiate
 
+from recsys_midx.app.experiment import train
 from recsys_midx.app.preflight import check_required
 from recsys_midx.errors import ConfigError
 from recsys_midx.metrics.ranking import target_ranks
@@ -100,3 +102,28 @@ def test_the_protocol_sets_the_published_training_and_block(datamodule) -> None:
     assert (model.dim, model.num_layers, model.num_heads, model.dropout) == (64, 2, 1, 0.1)
     assert (model.residual, model.ffn_dim, model.ffn_activation) == ("normed_query", 64, "relu")
     assert model.position_origin == "first"
+
+
+def test_bert4rec_takes_the_protocol_sizes_with_its_own_block(compose_config, published_file):
+    cfg = compose_config(
+        ["dataset=ml-1m-sasrec", f"dataset.path={published_file}", "protocol=sasrec-plus"]
+        + ["model=bert4rec", "sampler=full"]
+    )
+    model = cfg.model
+    assert model._target_.endswith("BERT4Rec")
+    assert (model.dim, model.num_layers, model.num_heads, model.dropout) == (64, 2, 2, 0.1)
+    assert model.max_len == 200 and model.mask_prob == 0.2 and model.ffn_dim is None
+    assert instantiate(model, num_items=6).max_len == 200
+
+
+def test_gsasrec_setting_widens_the_block_and_trains_a_separate_output_table(
+    compose_config, published_file
+):
+    cfg = compose_config(
+        ["dataset=ml-1m-sasrec", f"dataset.path={published_file}", "protocol=sasrec-plus"]
+        + ["model.dim=128", "model.dropout=0.5", "model.separate_output_table=true"]
+        + ["loss=gbce", "sampler=uniform", "sampler.num_negatives=4", *FEW_STEPS]
+    )
+    assert cfg.model.ffn_dim == 128  # the feed-forward follows the embedding size
+    results = train(cfg)
+    assert all(0.0 <= value <= 1.0 for value in results["metrics"].values())

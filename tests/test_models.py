@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from recsys_midx.models import GRU4Rec, SASRec
+from recsys_midx.losses import full_softmax_loss
+from recsys_midx.models import BERT4Rec, GRU4Rec, SASRec
 
 ENCODERS = {
     "sasrec": lambda: SASRec(
@@ -27,6 +28,25 @@ def test_output_shape_and_shared_table(encoder):
     assert encoder.item_table.shape == (51, 16)
     assert encoder.item_table is encoder.item_emb.weight
     assert torch.count_nonzero(encoder.item_table[0]) == 0
+
+
+@pytest.mark.parametrize("encoder_class", [SASRec, GRU4Rec, BERT4Rec])
+def test_a_separate_output_table_scores_items_and_trains_apart_from_the_input(encoder_class):
+    torch.manual_seed(0)
+    encoder = encoder_class(num_items=50, dim=16, max_len=8, separate_output_table=True)
+    assert encoder.item_table is encoder.output_emb.weight
+    assert encoder.item_table.shape == encoder.item_emb.weight.shape == (51, 16)
+    assert torch.count_nonzero(encoder.item_table[0]) == 0
+    assert not torch.equal(encoder.item_table, encoder.item_emb.weight)
+    seq = torch.tensor([[0, 0, 3, 4, 5, 6, 7, 8]])
+    query = encoder(seq)[:, -1]
+    full_softmax_loss(query, encoder.item_table, torch.tensor([9])).sum().backward()
+    # The output table's every row takes part in the softmax; the input table only through
+    # the items the sequence holds.
+    assert torch.count_nonzero(encoder.output_emb.weight.grad[1:].abs().sum(1)) == 50
+    touched = torch.count_nonzero(encoder.item_emb.weight.grad.abs().sum(1))
+    assert 0 < touched <= 6
+    assert encoder.use_sparse_gradients() == [encoder.item_emb.weight, encoder.output_emb.weight]
 
 
 def test_causal_future_items_do_not_change_past_queries(encoder):

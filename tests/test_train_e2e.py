@@ -198,8 +198,9 @@ def test_resumed_run_keeps_the_checkpointed_midx_proposal(compose_config, tmp_pa
         [*sampler_overrides("midx"), "head=moe"],
         [*sampler_overrides("dns"), "+trainer.precision=bf16-mixed"],
         [*sampler_overrides("uniform"), "loss=window_softmax"],
+        [*sampler_overrides("midx"), "model.separate_output_table=true"],
     ],
-    ids=["inbatch", "midx-moe", "dns-bf16", "window-softmax"],
+    ids=["inbatch", "midx-moe", "dns-bf16", "window-softmax", "midx-separate-output-table"],
 )
 def test_sparse_table_optimizers_train_and_test(compose_config, overrides, table_optimizer):
     cfg = compose_config(

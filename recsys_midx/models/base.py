@@ -12,17 +12,19 @@ from recsys_midx.scoring import mark_sparse_rows
 
 
 class SequenceEncoder(nn.Module, abc.ABC):
-    """Base class of sequential encoders that share one item table between input and output.
+    """Base class of sequential encoders: an input item table and the table that scores items.
 
-    The table has ``N + 1`` rows; row ``0`` is padding (kept at zero by ``padding_idx``). The same
-    rows embed the input items and score the candidate items, so the objective and the evaluation
-    read :attr:`item_table` instead of keeping a second output matrix.
+    A table has ``N + 1`` rows; row ``0`` is padding (kept at zero by ``padding_idx``). By
+    default the same rows embed the input items and score the candidate items (SASRec's tied
+    table); ``separate_output_table=True`` gives the scoring its own table (gSASRec's setting).
+    The objective, the samplers and the evaluation read :attr:`item_table`, the scoring one.
 
     Args:
         num_items: ``N``, the number of real items.
         dim: ``D``, the size of item embeddings and query vectors.
         max_len: the longest input sequence the encoder accepts (older items are cut off by the
             data module).
+        separate_output_table: score items with a table of their own instead of the input one.
 
     Raises:
         ValueError: if any size is not positive.
@@ -32,7 +34,9 @@ class SequenceEncoder(nn.Module, abc.ABC):
     #: next-item prediction at every position; the training step reads it.
     masked_training: ClassVar[bool] = False
 
-    def __init__(self, num_items: int, dim: int, max_len: int) -> None:
+    def __init__(
+        self, num_items: int, dim: int, max_len: int, separate_output_table: bool = False
+    ) -> None:
         super().__init__()
         for name, value in (("num_items", num_items), ("dim", dim), ("max_len", max_len)):
             if value <= 0:
@@ -41,14 +45,18 @@ class SequenceEncoder(nn.Module, abc.ABC):
         self.dim = dim
         self.max_len = max_len
         self.item_emb = nn.Embedding(num_items + 1, dim, padding_idx=0)
+        self.output_emb = (
+            nn.Embedding(num_items + 1, dim, padding_idx=0) if separate_output_table else None
+        )
 
     @property
     def item_table(self) -> Tensor:
-        """The shared item table ``[N+1, D]`` (row 0 is padding)."""
-        return self.item_emb.weight
+        """The table that scores items, ``[N+1, D]`` (row 0 is padding): the input table unless
+        the encoder has a separate output table."""
+        return (self.item_emb if self.output_emb is None else self.output_emb).weight
 
     def use_sparse_gradients(self) -> list[nn.Parameter]:
-        """Give the item table a sparse gradient: only the rows a step reads, by the input lookup
+        """Give the item tables sparse gradients: only the rows a step reads, by the input lookup
         and by the losses (:func:`~recsys_midx.scoring.lookup_rows`).
 
         Returns:
@@ -56,7 +64,10 @@ class SequenceEncoder(nn.Module, abc.ABC):
         """
         self.item_emb.sparse = True
         mark_sparse_rows(self.item_emb.weight)
-        return [self.item_emb.weight]
+        if self.output_emb is None:
+            return [self.item_emb.weight]
+        mark_sparse_rows(self.output_emb.weight)
+        return [self.item_emb.weight, self.output_emb.weight]
 
     @abc.abstractmethod
     def forward(self, item_seq: Tensor) -> Tensor:
@@ -95,3 +106,5 @@ class SequenceEncoder(nn.Module, abc.ABC):
                 if isinstance(module, nn.Linear) and module.bias is not None:
                     nn.init.zeros_(module.bias)
         self.item_emb.weight[0].zero_()
+        if self.output_emb is not None:
+            self.output_emb.weight[0].zero_()

@@ -25,7 +25,7 @@ class BERT4Rec(SequenceEncoder):
     dropout, then ``num_layers`` post-norm blocks (GELU feed-forward) in which every position
     attends to every real item, never to padding. A dense layer, GELU and LayerNorm turn a
     block output into the query (BERT's masked-item transform; the paper writes the dense layer
-    and GELU), scored against the shared item table by the configured head. The LayerNorm keeps
+    and GELU), scored against the item table by the configured head. The LayerNorm keeps
     the queries at the scale SASRec's final LayerNorm gives its own: without it, the small
     initial weights give small queries and the training starts slower. The paper's per-item
     output bias has no counterpart, since every head scores ``s(z, v)`` from the query and the
@@ -50,6 +50,8 @@ class BERT4Rec(SequenceEncoder):
         init_std: standard deviation of the normal weight initialisation.
         attention_dropout: dropout on attention probabilities (``None``: ``dropout``).
         ffn_dim: the feed-forward hidden width (``None``: ``4 * dim``).
+        separate_output_table: score items with a table of their own instead of the input
+            one (:class:`~recsys_midx.models.SequenceEncoder`).
 
     Raises:
         ValueError: if a size is not positive, ``num_heads`` does not divide ``dim`` or
@@ -81,8 +83,9 @@ class BERT4Rec(SequenceEncoder):
         init_std: float = 0.02,
         attention_dropout: float | None = None,
         ffn_dim: int | None = None,
+        separate_output_table: bool = False,
     ) -> None:
-        super().__init__(num_items, dim, max_len)
+        super().__init__(num_items, dim, max_len, separate_output_table)
         if num_layers <= 0:
             raise ValueError(f"num_layers must be > 0, got {num_layers}")
         ffn_dim = checked_ffn_dim(dim, num_heads, ffn_dim)

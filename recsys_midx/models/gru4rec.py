@@ -18,6 +18,8 @@ class GRU4Rec(SequenceEncoder):
         dropout: dropout on the input embeddings.
         max_len: longest input sequence.
         init_std: standard deviation of the normal initialisation of embeddings and projections.
+        separate_output_table: score items with a table of their own instead of the input
+            one (:class:`~recsys_midx.models.SequenceEncoder`).
 
     Raises:
         ValueError: if a size is not positive.
@@ -39,8 +41,9 @@ class GRU4Rec(SequenceEncoder):
         dropout: float = 0.2,
         max_len: int = 50,
         init_std: float = 0.02,
+        separate_output_table: bool = False,
     ) -> None:
-        super().__init__(num_items, dim, max_len)
+        super().__init__(num_items, dim, max_len, separate_output_table)
         if hidden_size <= 0 or num_layers <= 0:
             raise ValueError(
                 f"hidden_size and num_layers must be > 0, got {hidden_size} and {num_layers}"

@@ -52,6 +52,8 @@ class SASRec(SequenceEncoder):
         residual: ``"input"`` or ``"normed_query"`` (see :data:`Residual`; the latter needs
             ``norm="pre"``). ``norm="pre", residual="normed_query", ffn_dim=dim,
             ffn_activation="relu", position_origin="first"`` is pmixer/SASRec.pytorch's block.
+        separate_output_table: score items with a table of their own instead of the input
+            one (:class:`~recsys_midx.models.SequenceEncoder`).
 
     Raises:
         ValueError: if ``num_heads`` does not divide ``dim``, a size is not positive, or
@@ -82,8 +84,9 @@ class SASRec(SequenceEncoder):
         ffn_dim: int | None = None,
         ffn_activation: FFNActivation = "gelu",
         residual: Residual = "input",
+        separate_output_table: bool = False,
     ) -> None:
-        super().__init__(num_items, dim, max_len)
+        super().__init__(num_items, dim, max_len, separate_output_table)
         ffn_dim = checked_ffn_dim(dim, num_heads, ffn_dim)
         if norm not in ("pre", "post"):
             raise ValueError(f"norm={norm!r} must be 'pre' or 'post'")
