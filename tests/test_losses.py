@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from recsys_midx.heads import DotHead
-from recsys_midx.losses import SoftmaxLoss, full_softmax_loss, sampled_softmax_loss
+from recsys_midx.losses import SoftmaxLoss, full_softmax, full_softmax_loss, sampled_softmax_loss
 from recsys_midx.losses.softmax import exact_positive_log_q
 from recsys_midx.samplers import FullSampler, PopularitySampler, UniformSampler
 
@@ -265,3 +265,27 @@ def test_head_rejects_bad_temperature() -> None:
     for temperature in (0.0, -1.0, float("inf")):
         with pytest.raises(ValueError, match="temperature"):
             DotHead(temperature)
+
+
+@pytest.mark.parametrize("components", [None, 3])
+def test_candidates_scored_through_the_catalog_match_the_gathered_rows(monkeypatch, components):
+    torch.manual_seed(0)
+    shape = (6, 4) if components is None else (6, components, 4)
+    query = torch.randn(*shape, dtype=torch.float64)
+    item_emb = torch.randn(9, 4, dtype=torch.float64)
+    ids = torch.randint(0, 9, (6, 5))
+    weights = torch.randn(*shape[:-1], 5, dtype=torch.float64)
+
+    def scores_and_grads():
+        q, table = query.clone().requires_grad_(True), item_emb.clone().requires_grad_(True)
+        scores = full_softmax.score_candidates(q, table, ids, torch.float64)
+        (scores * weights).sum().backward()
+        return scores.detach(), q.grad, table.grad
+
+    dense = scores_and_grads()  # 8 items <= 5 candidates x 4 dims: one product with the catalog
+    monkeypatch.setattr(full_softmax, "_DENSE_PICK_MAX_SCORES", 0)
+    gathered = scores_and_grads()
+    for got, expected in zip(dense, gathered):
+        torch.testing.assert_close(got, expected)
+    equation = "qd,qcd->qc" if components is None else "qkd,qcd->qkc"
+    torch.testing.assert_close(gathered[0], torch.einsum(equation, query, item_emb[ids]))

@@ -16,7 +16,7 @@ from torch import Tensor
 from ..heads import DotHead, HeadOutput
 from ..samplers import Sampler
 from ..scoring import compute_dtype
-from .full_softmax import check_scoring_inputs, gather_rows, without_autocast
+from .full_softmax import check_scoring_inputs, gather_rows, score_candidates, without_autocast
 from .sampled_softmax import score_negatives
 from .softmax import draw_negatives, draw_shared_negatives
 
@@ -62,10 +62,18 @@ def binary_cross_entropy_loss(
             f"got {tuple(neg_ids.shape)}"
         )
     dtype = compute_dtype(query, item_emb)
-    target_emb, neg_emb = gather_rows(item_emb, [targets, neg_ids], dtype)
     query = query.to(dtype)
-    positive = (query * target_emb).sum(dim=-1)
-    negative = F.softplus(score_negatives(query, neg_emb))
+    if neg_ids.dim() == 1:
+        target_emb, neg_emb = gather_rows(item_emb, [targets, neg_ids], dtype)
+        positive = (query * target_emb).sum(dim=-1)
+        negative = score_negatives(query, neg_emb)
+    else:
+        candidates = torch.cat([targets[:, None], neg_ids], dim=1)
+        positive, negative = score_candidates(query, item_emb, candidates, dtype).split(
+            [1, neg_ids.shape[1]], dim=1
+        )
+        positive = positive[:, 0]
+    negative = F.softplus(negative)
     negative = negative.masked_fill(neg_ids == targets[:, None], 0.0)
     return positive_weight * F.softplus(-positive) + negative.sum(dim=-1)
 

@@ -18,6 +18,7 @@ from ..scoring import (
     as_components,
     catalog_logsumexp,
     compute_dtype,
+    has_sparse_rows,
     head_logsumexp,
     lookup_rows,
     mixture_log_prob,
@@ -39,6 +40,55 @@ def gather_rows(item_emb: Tensor, ids: list[Tensor], dtype: torch.dtype) -> list
     rows = lookup_rows(item_emb, torch.cat([part.reshape(-1) for part in ids])).to(dtype)
     chunks = rows.split([part.numel() for part in ids])
     return [chunk.view(*part.shape, item_emb.shape[1]) for chunk, part in zip(chunks, ids)]
+
+
+#: The most ``[Q, K, N+1]`` catalog scores :func:`score_candidates` computes to pick candidates
+#: from (256 MiB of float32).
+_DENSE_PICK_MAX_SCORES = 1 << 26
+
+
+def score_candidates(queries: Tensor, item_emb: Tensor, ids: Tensor, dtype: torch.dtype) -> Tensor:
+    """Scores ``queries[q] . item_emb[ids[q, c]]`` of each query's own candidates.
+
+    Gathering the rows copies ``C x D`` numbers per query, and backward adds as many into the
+    table. Where the catalog is no larger than that (``N <= C * D``), scoring every item in one
+    product and picking the candidates' scores costs less: the product is compute-bound and only
+    the ``[Q, N]`` scores are memory. The dense pick is skipped when its scores would exceed
+    :data:`_DENSE_PICK_MAX_SCORES`, and for a table marked for sparse row gradients
+    (:func:`~recsys_midx.scoring.mark_sparse_rows`), whose gradient must stay on the rows read.
+
+    Args:
+        queries: ``[Q, D]`` queries or ``[Q, K, D]`` query components, in ``dtype``.
+        item_emb: ``[N+1, D]`` item table, row 0 padding.
+        ids: ``[Q, C]`` candidate ids in ``0..N``.
+        dtype: the compute dtype; only the rows used are cast.
+
+    Returns:
+        ``[Q, C]`` (or ``[Q, K, C]``) scores.
+
+    Example:
+        >>> queries, item_emb = torch.randn(3, 4), torch.randn(6, 4)
+        >>> ids = torch.tensor([[1, 2], [3, 3], [5, 0]])
+        >>> expected = (queries[:, None, :] * item_emb[ids]).sum(-1)
+        >>> torch.allclose(score_candidates(queries, item_emb, ids, torch.float32), expected)
+        True
+    """
+    components = queries.shape[1] if queries.dim() == 3 else 1
+    num_rows, dim = item_emb.shape
+    dense = (
+        num_rows - 1 <= ids.shape[1] * dim
+        and len(queries) * components * num_rows <= _DENSE_PICK_MAX_SCORES
+        and not has_sparse_rows(item_emb)
+    )
+    if dense:
+        scores = queries @ item_emb.to(dtype).T
+        if queries.dim() == 3:
+            return scores.gather(2, ids[:, None, :].expand(-1, components, -1))
+        return scores.gather(1, ids)
+    (rows,) = gather_rows(item_emb, [ids], dtype)
+    if queries.dim() == 2:
+        return torch.einsum("qd,qcd->qc", queries, rows)
+    return torch.einsum("qkd,qcd->qkc", queries, rows)
 
 
 def without_autocast(loss: Callable[_Params, _Result]) -> Callable[_Params, _Result]:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..scoring import Transform, as_components, compute_dtype, mixture_log_prob
-from .full_softmax import check_scoring_inputs, gather_rows, without_autocast
+from .full_softmax import check_scoring_inputs, gather_rows, score_candidates, without_autocast
 
 
 def check_negatives(
@@ -98,16 +98,16 @@ def _candidate_scores(
     """``[Q, K, 1 + M]`` scores of the target (column 0) and the negatives for ``[Q, K, D]``
     query components.
 
-    Per-query negatives are gathered with the target in one lookup (see
-    :func:`~recsys_midx.losses.full_softmax.gather_rows`) and scored in one product; shared
-    negatives are scored by one ``[Q*K, D] x [D, M]`` product.
+    Per-query negatives are scored with the target in one call of
+    :func:`~recsys_midx.losses.full_softmax.score_candidates`; shared negatives by one
+    ``[Q*K, D] x [D, M]`` product.
     """
     if neg_ids.dim() == 1:
         target_emb, neg_emb = gather_rows(item_emb, [targets, neg_ids], dtype)
         target_scores = torch.einsum("qkd,qd->qk", components, target_emb)
         return torch.cat([target_scores[..., None], score_negatives(components, neg_emb)], dim=-1)
-    (candidate_emb,) = gather_rows(item_emb, [torch.cat([targets[:, None], neg_ids], dim=1)], dtype)
-    return torch.einsum("qkd,qcd->qkc", components, candidate_emb)
+    candidates = torch.cat([targets[:, None], neg_ids], dim=1)
+    return score_candidates(components, item_emb, candidates, dtype)
 
 
 def _candidate_logits(
