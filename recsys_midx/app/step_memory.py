@@ -21,7 +21,12 @@ So the estimate is ``8 * (D + 1) * R + 8 * S`` bytes. ``Q`` is the most queries 
 ``windows`` and ``last_window`` (a batch of windows without padding). Everything else a step
 holds (the encoder's activations, the sampler's chunked tables, the item table and the optimiser
 state, which need the catalog size) is left out, as are the positives of ``task=xc`` beyond the
-first, so that a run is refused only when the counted part alone exceeds the memory.
+first, so that a run is refused only when the counted part alone exceeds the memory. One case
+holds less than counted: where the catalog is no larger than a query's candidate rows and the
+table's gradient is dense, the loss scores the whole catalog and picks the candidates
+(:func:`~recsys_midx.losses.full_softmax.score_candidates`, at most ``2**26`` scores) instead of
+gathering their rows; the estimate does not know the catalog of a real dataset, so it counts the
+rows there too and ``preflight.memory=false`` lets such a run go.
 """
 
 from __future__ import annotations
