@@ -16,7 +16,13 @@ from torch import Tensor
 from ..heads import DotHead, HeadOutput
 from ..samplers import Sampler
 from ..scoring import compute_dtype
-from .full_softmax import check_scoring_inputs, gather_rows, score_candidates, without_autocast
+from .full_softmax import (
+    check_scoring_inputs,
+    gather_rows,
+    picks_from_catalog,
+    score_candidates,
+    without_autocast,
+)
 from .sampled_softmax import score_negatives
 from .softmax import draw_negatives, draw_shared_negatives
 
@@ -63,16 +69,16 @@ def binary_cross_entropy_loss(
         )
     dtype = compute_dtype(query, item_emb)
     query = query.to(dtype)
-    if neg_ids.dim() == 1:
-        target_emb, neg_emb = gather_rows(item_emb, [targets, neg_ids], dtype)
-        positive = (query * target_emb).sum(dim=-1)
-        negative = score_negatives(query, neg_emb)
-    else:
+    if neg_ids.dim() == 2 and picks_from_catalog(query, item_emb, 1 + neg_ids.shape[1]):
         candidates = torch.cat([targets[:, None], neg_ids], dim=1)
         positive, negative = score_candidates(query, item_emb, candidates, dtype).split(
             [1, neg_ids.shape[1]], dim=1
         )
         positive = positive[:, 0]
+    else:
+        target_emb, neg_emb = gather_rows(item_emb, [targets, neg_ids], dtype)
+        positive = (query * target_emb).sum(dim=-1)
+        negative = score_negatives(query, neg_emb)
     negative = F.softplus(negative)
     negative = negative.masked_fill(neg_ids == targets[:, None], 0.0)
     return positive_weight * F.softplus(-positive) + negative.sum(dim=-1)

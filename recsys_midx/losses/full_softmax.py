@@ -47,6 +47,23 @@ def gather_rows(item_emb: Tensor, ids: list[Tensor], dtype: torch.dtype) -> list
 _DENSE_PICK_MAX_SCORES = 1 << 26
 
 
+def picks_from_catalog(queries: Tensor, item_emb: Tensor, num_candidates: int) -> bool:
+    """Whether :func:`score_candidates` scores the whole catalog and picks ``num_candidates`` per
+    query rather than gathering their rows (see there).
+
+    Example:
+        >>> picks_from_catalog(torch.zeros(8, 4), torch.zeros(11, 4), 3)  # 10 items <= 3 x 4
+        True
+    """
+    components = queries.shape[1] if queries.dim() == 3 else 1
+    num_rows, dim = item_emb.shape
+    return (
+        num_rows - 1 <= num_candidates * dim
+        and len(queries) * components * num_rows <= _DENSE_PICK_MAX_SCORES
+        and not has_sparse_rows(item_emb)
+    )
+
+
 def score_candidates(queries: Tensor, item_emb: Tensor, ids: Tensor, dtype: torch.dtype) -> Tensor:
     """Scores ``queries[q] . item_emb[ids[q, c]]`` of each query's own candidates.
 
@@ -73,14 +90,8 @@ def score_candidates(queries: Tensor, item_emb: Tensor, ids: Tensor, dtype: torc
         >>> torch.allclose(score_candidates(queries, item_emb, ids, torch.float32), expected)
         True
     """
-    components = queries.shape[1] if queries.dim() == 3 else 1
-    num_rows, dim = item_emb.shape
-    dense = (
-        num_rows - 1 <= ids.shape[1] * dim
-        and len(queries) * components * num_rows <= _DENSE_PICK_MAX_SCORES
-        and not has_sparse_rows(item_emb)
-    )
-    if dense:
+    if picks_from_catalog(queries, item_emb, ids.shape[1]):
+        components = queries.shape[1] if queries.dim() == 3 else 1
         scores = queries @ item_emb.to(dtype).T
         if queries.dim() == 3:
             return scores.gather(2, ids[:, None, :].expand(-1, components, -1))
