@@ -91,11 +91,9 @@ def score_candidates(queries: Tensor, item_emb: Tensor, ids: Tensor, dtype: torc
         True
     """
     if picks_from_catalog(queries, item_emb, ids.shape[1]):
-        components = queries.shape[1] if queries.dim() == 3 else 1
         scores = queries @ item_emb.to(dtype).T
-        if queries.dim() == 3:
-            return scores.gather(2, ids[:, None, :].expand(-1, components, -1))
-        return scores.gather(1, ids)
+        index = ids if queries.dim() == 2 else ids[:, None, :].expand(-1, queries.shape[1], -1)
+        return scores.gather(-1, index)
     (rows,) = gather_rows(item_emb, [ids], dtype)
     if queries.dim() == 2:
         return torch.einsum("qd,qcd->qc", queries, rows)

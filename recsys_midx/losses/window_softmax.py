@@ -18,7 +18,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from ..heads import DotHead, HeadOutput
 from ..samplers import Sampler
-from ..scoring import compute_dtype
+from ..scoring import compute_dtype, softmax_weights_
 from .full_softmax import check_scoring_inputs, gather_rows, without_autocast
 
 
@@ -67,12 +67,9 @@ class _SequenceNegativesLogSumExp(torch.autograd.Function):
         weights = torch.bmm(query, negatives.transpose(1, 2))
         if valid is not None:
             weights.masked_fill_(~valid[:, None, :], float("-inf"))
-        # A sequence without valid negatives has an all -inf row: shift it by 0, not by -inf.
-        row_max = weights.amax(dim=2).nan_to_num_(neginf=0.0)
-        total = weights.sub_(row_max[..., None]).exp_().sum(dim=2)
-        weights.div_(total.clamp(min=torch.finfo(total.dtype).tiny)[..., None])
+        lse = softmax_weights_(weights)
         ctx.save_for_backward(query, negatives, weights)
-        return total.log_().add_(row_max)
+        return lse
 
     @staticmethod
     @once_differentiable

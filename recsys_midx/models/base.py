@@ -63,11 +63,12 @@ class SequenceEncoder(nn.Module, abc.ABC):
             The tables whose gradients are now sparse, for a row-wise optimizer.
         """
         self.item_emb.sparse = True
-        mark_sparse_rows(self.item_emb.weight)
-        if self.output_emb is None:
-            return [self.item_emb.weight]
-        mark_sparse_rows(self.output_emb.weight)
-        return [self.item_emb.weight, self.output_emb.weight]
+        tables = [
+            module.weight for module in (self.item_emb, self.output_emb) if module is not None
+        ]
+        for table in tables:
+            mark_sparse_rows(table)
+        return tables
 
     @abc.abstractmethod
     def forward(self, item_seq: Tensor) -> Tensor:

@@ -11,7 +11,13 @@ on it; it imports nothing else of the toolkit, so any of them loads it without t
 """
 
 from .head_model import log_probs, ranking_queries
-from .logsumexp import Transform, catalog_logsumexp, compute_dtype, head_logsumexp
+from .logsumexp import (
+    Transform,
+    catalog_logsumexp,
+    compute_dtype,
+    head_logsumexp,
+    softmax_weights_,
+)
 from .mixtures import as_components, catalog_scores, check_mixture, mixture_log_prob
 from .rows import has_sparse_rows, lookup_rows, mark_sparse_rows
 
@@ -29,4 +35,5 @@ __all__ = [
     "mark_sparse_rows",
     "mixture_log_prob",
     "ranking_queries",
+    "softmax_weights_",
 ]

@@ -76,6 +76,23 @@ def _check_chunk_size(chunk_size: int) -> None:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
 
 
+def softmax_weights_(scores: Tensor) -> Tensor:
+    """Turn ``scores`` into softmax weights over their last dimension, in place, and return the
+    rows' logsumexp. A row of only ``-inf`` gets zero weights and a logsumexp of ``-inf``.
+
+    Example:
+        >>> scores = torch.tensor([[0.0, 0.0], [float("-inf"), float("-inf")]])
+        >>> softmax_weights_(scores), scores
+        (tensor([0.6931,   -inf]), tensor([[0.5000, 0.5000],
+                [0.0000, 0.0000]]))
+    """
+    # Shift an all -inf row by 0, not by -inf (which would give NaN).
+    row_max = scores.amax(dim=-1).nan_to_num_(neginf=0.0)
+    total = scores.sub_(row_max[..., None]).exp_().sum(dim=-1)
+    scores.div_(total.clamp(min=torch.finfo(total.dtype).tiny)[..., None])
+    return total.log_().add_(row_max)
+
+
 def _logsumexp_rows_(logits: Tensor) -> Tensor:
     """Row-wise logsumexp of ``[Q, C]`` logits, computed in place in ``logits`` to save memory."""
     row_max = logits.amax(dim=1)
@@ -102,10 +119,7 @@ class _ChunkedLogSumExp(torch.autograd.Function):
         with torch.autocast(query.device.type, enabled=False):
             if num_items <= chunk_size and query.shape[0] * num_items <= _ONE_BLOCK_MAX_SCORES:
                 weights = query @ item_emb[1:].T
-                row_max = weights.amax(dim=1)
-                total = weights.sub_(row_max[:, None]).exp_().sum(dim=1)
-                weights.div_(total[:, None])
-                lse = total.log_().add_(row_max)
+                lse = softmax_weights_(weights)
                 ctx.save_for_backward(query, item_emb, lse, weights)
                 return lse
             chunk_size = items_per_chunk(chunk_size, query.shape[0], query.device)
