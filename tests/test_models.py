@@ -176,7 +176,24 @@ def test_sasrec_normed_query_needs_pre_norm() -> None:
         SASRec(num_items=10, dim=16, num_heads=2, norm="post", residual="normed_query")
 
 
-@pytest.mark.parametrize("setting", ["norm", "position_origin", "ffn_activation", "residual"])
+def test_sasrec_xavier_attention_init_redraws_the_in_projection_only() -> None:
+    torch.manual_seed(0)
+    normal = SASRec(num_items=50, dim=16, num_heads=1, max_len=8)
+    torch.manual_seed(0)
+    xavier = SASRec(num_items=50, dim=16, num_heads=1, max_len=8, attention_init="xavier")
+    xavier_params = dict(xavier.named_parameters())
+    for name, param in normal.named_parameters():
+        if name.endswith("qkv.weight"):
+            # torch.nn.MultiheadAttention's start: uniform within sqrt(6 / (D + 3D)).
+            weight, bound = xavier_params[name], (6 / (16 + 48)) ** 0.5
+            assert weight.abs().max() <= bound and weight.std() > 0.5 * bound
+        else:
+            assert torch.equal(param, xavier_params[name]), name
+
+
+@pytest.mark.parametrize(
+    "setting", ["norm", "position_origin", "ffn_activation", "residual", "attention_init"]
+)
 def test_sasrec_refuses_an_unknown_block_choice(setting: str) -> None:
     with pytest.raises(ValueError, match=setting):
         SASRec(num_items=10, dim=16, num_heads=2, **{setting: "middle"})

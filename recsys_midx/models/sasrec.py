@@ -21,6 +21,11 @@ from recsys_midx.models.base import SequenceEncoder
 #: Which item gets position 0: the last input item (``last``: a query's own position is always
 #: the same) or the first real item of the sequence (``first``: positions count its history).
 PositionOrigin = Literal["last", "first"]
+#: How the attention in-projection (queries, keys and values) starts: normal with ``init_std``
+#: like every other weight (``normal``), or Xavier-uniform over the fused ``[3D, D]`` matrix
+#: (``xavier``), as ``torch.nn.MultiheadAttention`` starts it, which pmixer/SASRec.pytorch's
+#: block and the SASRec+ code keep.
+AttentionInit = Literal["normal", "xavier"]
 
 
 class SASRec(SequenceEncoder):
@@ -54,11 +59,12 @@ class SASRec(SequenceEncoder):
             ffn_activation="relu", position_origin="first"`` is pmixer/SASRec.pytorch's block.
         separate_output_table: score items with a table of their own instead of the input
             one (:class:`~recsys_midx.models.SequenceEncoder`).
+        attention_init: ``"normal"`` or ``"xavier"`` (see :data:`AttentionInit`).
 
     Raises:
         ValueError: if ``num_heads`` does not divide ``dim``, a size is not positive, or
-            ``norm`` / ``position_origin`` / ``ffn_activation`` / ``residual`` is not one of
-            its values, or ``residual="normed_query"`` comes with ``norm="post"``.
+            ``norm`` / ``position_origin`` / ``ffn_activation`` / ``residual`` /
+            ``attention_init`` is not one of its values, or ``residual="normed_query"`` comes with ``norm="post"``.
 
     Example:
         >>> encoder = SASRec(num_items=100, dim=32, num_heads=2, max_len=20)
@@ -85,6 +91,7 @@ class SASRec(SequenceEncoder):
         ffn_activation: FFNActivation = "gelu",
         residual: Residual = "input",
         separate_output_table: bool = False,
+        attention_init: AttentionInit = "normal",
     ) -> None:
         super().__init__(num_items, dim, max_len, separate_output_table)
         ffn_dim = checked_ffn_dim(dim, num_heads, ffn_dim)
@@ -98,6 +105,8 @@ class SASRec(SequenceEncoder):
             raise ValueError(f"residual={residual!r} must be 'input' or 'normed_query'")
         if residual == "normed_query" and norm != "pre":
             raise ValueError("residual='normed_query' needs norm='pre'")
+        if attention_init not in ("normal", "xavier"):
+            raise ValueError(f"attention_init={attention_init!r} must be 'normal' or 'xavier'")
         self.pos_emb = nn.Embedding(max_len, dim)
         self.input_norm = nn.LayerNorm(dim) if input_norm else nn.Identity()
         self.emb_dropout = nn.Dropout(dropout)
@@ -120,6 +129,10 @@ class SASRec(SequenceEncoder):
         self.embedding_scale = math.sqrt(dim) if scale_embeddings else 1.0
         self.position_origin = position_origin
         self._init_normal(init_std)
+        if attention_init == "xavier":
+            with torch.no_grad():
+                for block in self.blocks:
+                    nn.init.xavier_uniform_(block.qkv.weight)
 
     def forward(self, item_seq: Tensor) -> Tensor:
         return self._encode(item_seq, last_only=False)
