@@ -76,6 +76,31 @@ def test_gbce_weighs_the_positive_by_beta() -> None:
     torch.testing.assert_close(gbce, expected)
 
 
+def test_gbce_is_binary_cross_entropy_with_the_positive_probability_raised_to_beta() -> None:
+    # gSASRec's own form: the positive's logit is replaced by the logit of sigmoid(s)^beta, and
+    # the positive and negatives go through ordinary binary cross-entropy with logits.
+    torch.manual_seed(0)
+    num_items, num_negatives = 50, 8
+    query = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    item_emb = torch.randn(num_items + 1, 4, dtype=torch.float64, requires_grad=True)
+    targets = torch.arange(1, 7)
+    neg_ids = torch.randint(7, num_items + 1, (6, num_negatives))  # no accidental hits
+    beta = gbce_beta(0.75, num_negatives, num_items)
+    ours = binary_cross_entropy_loss(query, item_emb, targets, neg_ids, beta)
+    logits = torch.einsum("qd,qmd->qm", query, item_emb[torch.cat([targets[:, None], neg_ids], 1)])
+    powered = torch.sigmoid(logits[:, :1]) ** beta
+    labels = torch.zeros_like(logits)
+    labels[:, 0] = 1
+    transformed = torch.cat([torch.log(powered / (1 - powered)), logits[:, 1:]], dim=1)
+    reference = torch.nn.functional.binary_cross_entropy_with_logits(
+        transformed, labels, reduction="none"
+    ).sum(dim=1)
+    torch.testing.assert_close(ours, reference)
+    ours_grads = torch.autograd.grad(ours.sum(), [query, item_emb])
+    for got, expected in zip(ours_grads, torch.autograd.grad(reference.sum(), [query, item_emb])):
+        torch.testing.assert_close(got, expected)
+
+
 def test_calibration_outside_the_unit_interval_is_refused() -> None:
     with pytest.raises(ValueError, match="calibration=1.5"):
         GBCELoss(calibration=1.5)

@@ -64,7 +64,8 @@ class SASRec(SequenceEncoder):
     Raises:
         ValueError: if ``num_heads`` does not divide ``dim``, a size is not positive, or
             ``norm`` / ``position_origin`` / ``ffn_activation`` / ``residual`` /
-            ``attention_init`` is not one of its values, or ``residual="normed_query"`` comes with ``norm="post"``.
+            ``attention_init`` is not one of its values, or ``residual="normed_query"`` comes
+            with ``norm="post"``.
 
     Example:
         >>> encoder = SASRec(num_items=100, dim=32, num_heads=2, max_len=20)
