@@ -131,9 +131,8 @@ class SASRec(SequenceEncoder):
         self.position_origin = position_origin
         self._init_normal(init_std)
         if attention_init == "xavier":
-            with torch.no_grad():
-                for block in self.blocks:
-                    nn.init.xavier_uniform_(block.qkv.weight)
+            for block in self.blocks:
+                nn.init.xavier_uniform_(block.qkv.weight)
 
     def forward(self, item_seq: Tensor) -> Tensor:
         return self._encode(item_seq, last_only=False)
