@@ -85,7 +85,11 @@ RECBOLE_BLOCK = dict(
 )
 #: pmixer/SASRec.pytorch's block, SASRec+'s.
 PMIXER_BLOCK = dict(
-    residual="normed_query", ffn_dim=16, ffn_activation="relu", position_origin="first"
+    residual="normed",
+    ffn_dim=16,
+    ffn_activation="relu",
+    position_origin="first",
+    attention_output_dropout=False,
 )
 
 
@@ -95,6 +99,7 @@ PMIXER_BLOCK = dict(
         {},
         RECBOLE_BLOCK,
         PMIXER_BLOCK,
+        dict(PMIXER_BLOCK, residual="normed_query", attention_output_dropout=True),
         dict(norm="post"),
         dict(position_origin="first", attention_dropout=0.5),
     ],
@@ -144,21 +149,65 @@ def test_sasrec_block_options_change_the_parameters_they_name() -> None:
     assert recbole.embedding_scale == 1.0 and default.embedding_scale == 4.0
 
 
-def test_sasrec_normed_query_block_adds_attention_to_the_normalised_input() -> None:
-    torch.manual_seed(0)
-    model = SASRec(num_items=50, dim=16, num_heads=1, max_len=8, num_layers=1, **PMIXER_BLOCK)
-    model.eval()
-    block, x = model.blocks[0], torch.randn(2, 5, 16)
-    allowed = torch.ones(5, 5, dtype=torch.bool).tril()
-    # Q = LN(x); x = Q + MHA(Q, x, x); x = x + FFN(LN(x)), the FFN 16 -> 16 with ReLU.
+def _pmixer_style_block_by_hand(block, x: torch.Tensor, normed_ffn_residual: bool) -> torch.Tensor:
+    """One head: ``Q = LN(x); h = Q + MHA(Q, x, x)``, then ``LN(h) + FFN(LN(h))`` (pmixer's
+    block) or ``h + FFN(LN(h))``; the FFN 16 -> 16 with ReLU."""
+    allowed = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
     normed = block.attn_norm(x)
     w, b = block.qkv.weight.split(16), block.qkv.bias.split(16)
     q, k, v = normed @ w[0].T + b[0], x @ w[1].T + b[1], x @ w[2].T + b[2]
     scores = (q @ k.transpose(1, 2) / 4.0).masked_fill(~allowed, float("-inf"))
     h = normed + block.out(scores.softmax(-1) @ v)
+    residual = block.ffn_norm(h) if normed_ffn_residual else h
     hidden = torch.relu(block.ffn_norm(h) @ block.ffn[0].weight.T + block.ffn[0].bias)
-    expected = h + hidden @ block.ffn[-1].weight.T + block.ffn[-1].bias
+    return residual + hidden @ block.ffn[-1].weight.T + block.ffn[-1].bias
+
+
+@pytest.mark.parametrize("residual", ["normed_query", "normed"])
+def test_sasrec_normed_residuals_add_to_the_normalised_inputs(residual: str) -> None:
+    torch.manual_seed(0)
+    options = dict(PMIXER_BLOCK, residual=residual)
+    model = SASRec(num_items=50, dim=16, num_heads=1, max_len=8, num_layers=1, **options)
+    model.eval()
+    block, x = model.blocks[0], torch.randn(2, 5, 16)
+    allowed = torch.ones(5, 5, dtype=torch.bool).tril()
+    expected = _pmixer_style_block_by_hand(block, x, normed_ffn_residual=residual == "normed")
     torch.testing.assert_close(block(x, allowed[None, None]), expected)
+
+
+def test_sasrec_without_attention_output_dropout_drops_nothing_else_in_training() -> None:
+    torch.manual_seed(0)
+    options = dict(PMIXER_BLOCK, attention_output_dropout=False, ffn_dropout=False)
+    model = SASRec(
+        num_items=50,
+        dim=16,
+        num_heads=1,
+        max_len=8,
+        num_layers=1,
+        dropout=0.5,
+        attention_dropout=0.0,
+        **options,
+    )
+    block, x = model.blocks[0], torch.randn(2, 5, 16)
+    # The feed-forward's output is zero, so its dropout has nothing to drop: training and
+    # evaluation agree only when the attention output is not dropped either.
+    torch.nn.init.zeros_(block.ffn[-1].weight)
+    torch.nn.init.zeros_(block.ffn[-1].bias)
+    allowed = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
+    torch.testing.assert_close(block.train()(x, allowed), block.eval()(x, allowed))
+    dropping = SASRec(
+        num_items=50,
+        dim=16,
+        num_heads=1,
+        max_len=8,
+        num_layers=1,
+        dropout=0.5,
+        attention_dropout=0.0,
+        **dict(options, attention_output_dropout=True),
+    )
+    dropping.load_state_dict(model.state_dict())
+    block = dropping.blocks[0]
+    assert not torch.allclose(block.train()(x, allowed), block.eval()(x, allowed))
 
 
 def test_sasrec_default_block_options_keep_the_default_block() -> None:
@@ -171,9 +220,10 @@ def test_sasrec_default_block_options_keep_the_default_block() -> None:
     assert isinstance(default.blocks[0].ffn[1], torch.nn.GELU)
 
 
-def test_sasrec_normed_query_needs_pre_norm() -> None:
-    with pytest.raises(ValueError, match="residual='normed_query' needs norm='pre'"):
-        SASRec(num_items=10, dim=16, num_heads=2, norm="post", residual="normed_query")
+@pytest.mark.parametrize("residual", ["normed_query", "normed"])
+def test_sasrec_normed_residuals_need_pre_norm(residual: str) -> None:
+    with pytest.raises(ValueError, match=f"residual='{residual}' needs norm='pre'"):
+        SASRec(num_items=10, dim=16, num_heads=2, norm="post", residual=residual)
 
 
 def test_sasrec_xavier_attention_init_redraws_the_in_projection_only() -> None:

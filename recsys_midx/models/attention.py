@@ -16,11 +16,14 @@ from torch import Tensor, nn
 #: Where the LayerNorm of a block sits: before each sublayer (``pre``) or after each residual
 #: sum (``post``, as in the original Transformer and RecBole's SASRec).
 NormPlacement = Literal["pre", "post"]
-#: What the attention sublayer adds its output to: the block's input (``input``, the standard
-#: residual) or, with ``norm="pre"``, the normalised input that also gives the queries, while
-#: keys and values come from the un-normalised input (``normed_query``, the SASRec block of
-#: pmixer/SASRec.pytorch: ``Q = LN(x); x = Q + MHA(Q, x, x)``).
-Residual = Literal["input", "normed_query"]
+#: What the sublayers add their outputs to, with ``norm="pre"`` for the last two: the block's
+#: input (``input``, the standard residual); for the attention, the normalised input that also
+#: gives the queries while keys and values come from the un-normalised input (``normed_query``:
+#: ``Q = LN(x); x = Q + MHA(Q, x, x); x = x + FFN(LN(x))``); or that and, for the feed-forward,
+#: its normalised input too (``normed``, the SASRec block of pmixer/SASRec.pytorch:
+#: ``Q = LN(x); x = Q + MHA(Q, x, x); x = LN(x); x = x + FFN(x)``).
+Residual = Literal["input", "normed_query", "normed"]
+RESIDUALS: tuple[str, ...] = ("input", "normed_query", "normed")
 #: The feed-forward network's activation.
 FFNActivation = Literal["gelu", "relu"]
 ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
@@ -60,18 +63,20 @@ class SelfAttentionBlock(nn.Module):
         dim: hidden size ``D``; ``num_heads`` must divide it (the encoder checks, with
             :func:`checked_ffn_dim`).
         num_heads: attention heads.
-        dropout: dropout on the sublayers' outputs and (``ffn_dropout``) the feed-forward
-            hidden layer.
+        dropout: dropout on the feed-forward output, (``attention_output_dropout``) the
+            attention output and (``ffn_dropout``) the feed-forward hidden layer.
         attention_dropout: dropout on attention probabilities.
         norm: LayerNorm placement (see :data:`NormPlacement`).
         ffn_dropout: dropout on the feed-forward hidden layer.
         ffn_dim: the feed-forward hidden width.
         ffn_activation: ``"gelu"`` or ``"relu"`` (see :data:`FFNActivation`).
-        residual: what the attention output is added to (see :data:`Residual`).
+        residual: what the sublayer outputs are added to (see :data:`Residual`).
+        attention_output_dropout: dropout on the attention output too (pmixer's block has none
+            there).
 
     Example:
         >>> import torch
-        >>> block = SelfAttentionBlock(8, 2, 0.0, 0.0, "pre", True, 32, "gelu", "input")
+        >>> block = SelfAttentionBlock(8, 2, 0.0, 0.0, "pre", True, 32, "gelu", "input", True)
         >>> allowed = torch.ones(1, 1, 3, 3, dtype=torch.bool)  # every position sees every one
         >>> block(torch.randn(1, 3, 8), allowed).shape
         torch.Size([1, 3, 8])
@@ -88,10 +93,12 @@ class SelfAttentionBlock(nn.Module):
         ffn_dim: int,
         ffn_activation: FFNActivation,
         residual: Residual,
+        attention_output_dropout: bool,
     ) -> None:
         super().__init__()
         self.num_heads, self.pre_norm = num_heads, norm == "pre"
-        self.normed_query = residual == "normed_query"
+        self.normed_query = residual in ("normed_query", "normed")
+        self.normed_ffn_residual = residual == "normed"
         self.attn_norm = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
@@ -104,6 +111,9 @@ class SelfAttentionBlock(nn.Module):
             nn.Linear(ffn_dim, dim),
         )
         self.dropout = nn.Dropout(dropout)
+        self.attn_output_dropout = (
+            nn.Dropout(dropout) if attention_output_dropout else nn.Identity()
+        )
         self.attn_dropout = attention_dropout
 
     def forward(self, x: Tensor, allowed: Tensor, last_only: bool = False) -> Tensor:
@@ -147,7 +157,10 @@ class SelfAttentionBlock(nn.Module):
         attended = F.scaled_dot_product_attention(
             q, k, v, attn_mask=allowed, dropout_p=self.attn_dropout if self.training else 0.0
         )
-        x = x + self.dropout(self.out(attended.transpose(1, 2).reshape(batch, -1, dim)))
+        x = x + self.attn_output_dropout(self.out(attended.transpose(1, 2).reshape(batch, -1, dim)))
+        if self.normed_ffn_residual:
+            x = self.ffn_norm(x)
+            return x + self.dropout(self.ffn(x))
         if self.pre_norm:
             return x + self.dropout(self.ffn(self.ffn_norm(x)))
         x = self.attn_norm(x)

@@ -109,6 +109,7 @@ class BERT4Rec(SequenceEncoder):
                 ffn_dim=ffn_dim,
                 ffn_activation="gelu",
                 residual="input",
+                attention_output_dropout=True,
             )
             for _ in range(num_layers)
         )

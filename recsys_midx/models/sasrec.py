@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from recsys_midx.models.attention import (
     ACTIVATIONS,
+    RESIDUALS,
     FFNActivation,
     NormPlacement,
     Residual,
@@ -42,8 +43,8 @@ class SASRec(SequenceEncoder):
         dim: embedding and hidden size ``D``.
         num_layers: number of attention blocks.
         num_heads: attention heads per block; must divide ``dim``.
-        dropout: dropout on embeddings, block outputs and (``ffn_dropout``) the feed-forward
-            network's hidden layer.
+        dropout: dropout on embeddings, feed-forward outputs, (``attention_output_dropout``)
+            attention outputs and (``ffn_dropout``) the feed-forward network's hidden layer.
         max_len: longest input sequence.
         init_std: standard deviation of the normal weight initialisation.
         attention_dropout: dropout on attention probabilities (``None``: ``dropout``).
@@ -54,18 +55,20 @@ class SASRec(SequenceEncoder):
         ffn_dropout: dropout on the feed-forward hidden layer.
         ffn_dim: the feed-forward hidden width (``None``: ``4 * dim``).
         ffn_activation: ``"gelu"`` or ``"relu"`` (see :data:`FFNActivation`).
-        residual: ``"input"`` or ``"normed_query"`` (see :data:`Residual`; the latter needs
-            ``norm="pre"``). ``norm="pre", residual="normed_query", ffn_dim=dim,
-            ffn_activation="relu", position_origin="first"`` is pmixer/SASRec.pytorch's block.
+        residual: ``"input"``, ``"normed_query"`` or ``"normed"`` (see :data:`Residual`; the
+            last two need ``norm="pre"``). ``norm="pre", residual="normed", ffn_dim=dim,
+            ffn_activation="relu", position_origin="first", attention_output_dropout=False``
+            is pmixer/SASRec.pytorch's block.
         separate_output_table: score items with a table of their own instead of the input
             one (:class:`~recsys_midx.models.SequenceEncoder`).
         attention_init: ``"normal"`` or ``"xavier"`` (see :data:`AttentionInit`).
+        attention_output_dropout: dropout on each block's attention output too.
 
     Raises:
         ValueError: if ``num_heads`` does not divide ``dim``, a size is not positive, or
             ``norm`` / ``position_origin`` / ``ffn_activation`` / ``residual`` /
-            ``attention_init`` is not one of its values, or ``residual="normed_query"`` comes
-            with ``norm="post"``.
+            ``attention_init`` is not one of its values, or ``residual="normed_query"`` or
+            ``"normed"`` comes with ``norm="post"``.
 
     Example:
         >>> encoder = SASRec(num_items=100, dim=32, num_heads=2, max_len=20)
@@ -93,6 +96,7 @@ class SASRec(SequenceEncoder):
         residual: Residual = "input",
         separate_output_table: bool = False,
         attention_init: AttentionInit = "normal",
+        attention_output_dropout: bool = True,
     ) -> None:
         super().__init__(num_items, dim, max_len, separate_output_table)
         ffn_dim = checked_ffn_dim(dim, num_heads, ffn_dim)
@@ -102,10 +106,10 @@ class SASRec(SequenceEncoder):
             raise ValueError(f"position_origin={position_origin!r} must be 'last' or 'first'")
         if ffn_activation not in ACTIVATIONS:
             raise ValueError(f"ffn_activation={ffn_activation!r} must be 'gelu' or 'relu'")
-        if residual not in ("input", "normed_query"):
-            raise ValueError(f"residual={residual!r} must be 'input' or 'normed_query'")
-        if residual == "normed_query" and norm != "pre":
-            raise ValueError("residual='normed_query' needs norm='pre'")
+        if residual not in RESIDUALS:
+            raise ValueError(f"residual={residual!r} must be 'input', 'normed_query' or 'normed'")
+        if residual != "input" and norm != "pre":
+            raise ValueError(f"residual={residual!r} needs norm='pre'")
         if attention_init not in ("normal", "xavier"):
             raise ValueError(f"attention_init={attention_init!r} must be 'normal' or 'xavier'")
         self.pos_emb = nn.Embedding(max_len, dim)
@@ -123,6 +127,7 @@ class SASRec(SequenceEncoder):
                 ffn_dim,
                 ffn_activation,
                 residual,
+                attention_output_dropout,
             )
             for _ in range(num_layers)
         )
