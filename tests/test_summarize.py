@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from recsys_midx.reports import summary_plots
 from recsys_midx.reports.time_to_quality import time_to_quality, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,6 +279,20 @@ def test_runs_carry_the_family_and_colour_their_sampler_declares(tmp_path: Path)
     assert summarize._sampler_name({"_target_": "my_package.WeightedSampler"}, softmax) == (
         "weighted"
     )
+
+
+def test_an_objective_picking_its_own_candidates_names_the_run(tmp_path: Path) -> None:
+    summarize = _summarize_module()
+    sce = {"_target_": "recsys_midx.losses.ScalableCrossEntropyLoss", "num_buckets": 256}
+    _write_run(tmp_path / "sce", "uniform", 0, sce)  # its sampler config draws nothing
+    _write_run(tmp_path / "uniform", "uniform", 1)
+    runs = summarize.load_runs([tmp_path]).set_index("sampler")
+    assert tuple(runs.loc["sce", ["head", "family"]]) == ("dot", "sce")
+    assert pd.isna(runs.loc["sce", "negatives"])
+    assert runs.loc["sce", "colour"] == summarize.OTHER_COLOUR
+    assert runs.loc["uniform", "negatives"] == 32
+    labels = summary_plots.with_labels(runs.reset_index()).set_index("sampler")["label"]
+    assert labels.to_dict() == {"sce": "sce", "uniform": "uniform (M=32)"}
 
 
 def _write_two_samplers(tmp_path: Path) -> Path:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from recsys_midx import losses
 from recsys_midx.reports.summary_plots import epoch_rows, plot_all, with_labels
 from recsys_midx.reports.sweeps import varying_settings
 from recsys_midx.reports.time_to_quality import time_to_quality
@@ -61,19 +62,23 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
             sampler = config["sampler"]
             kind = sampler_class(sampler["_target_"])
             monitor = config.get("task", {}).get("monitor", DEFAULT_MONITOR)
+            # An objective that picks its own candidates (SCE) names the run: its sampler
+            # config draws nothing.
+            objective = _objective_picking_own_candidates(config.get("loss", {}))
             rows.append(
                 {
                     "dataset": config["dataset"]["name"],
                     "model": config["model"]["_target_"].rsplit(".", 1)[-1],
-                    "head": _head_name(config),
-                    "sampler": _sampler_name(
+                    "head": _head_name(config, with_objective=objective is None),
+                    "sampler": objective
+                    or _sampler_name(
                         sampler, config.get("loss", {}), config.get("callbacks") or {}, result
                     ),
                     "negatives": None
-                    if kind is not None and kind.exhaustive
+                    if objective or (kind is not None and kind.exhaustive)
                     else sampler.get("num_negatives"),
-                    "family": _family(sampler["_target_"]),
-                    "colour": OTHER_COLOUR if kind is None else kind.colour,
+                    "family": objective or _family(sampler["_target_"]),
+                    "colour": OTHER_COLOUR if objective or kind is None else kind.colour,
                     "seed": config["seed"],
                     "monitor": monitor,
                     "test quality": result["metrics"].get(f"test/{monitor.removeprefix('val/')}"),
@@ -117,16 +122,26 @@ def _present(value: object) -> bool:
     return not (value is None or (isinstance(value, float) and pd.isna(value)))
 
 
-def _head_name(config: dict) -> str:
-    """The output head (``dot`` for runs whose objective has none, or from before heads), and
-    the objective when it is not a softmax (``edrep``)."""
+def _objective_picking_own_candidates(loss: dict) -> str | None:
+    """The name of the package's objective of ``loss`` when it picks its own candidates
+    (``picks_own_candidates``, SCE's buckets), else ``None``."""
+    target = loss.get("_target_", "").rsplit(".", 1)[-1]
+    objective = getattr(losses, target, None) if target in losses.__all__ else None
+    return objective.name if getattr(objective, "picks_own_candidates", False) else None
+
+
+def _head_name(config: dict, with_objective: bool = True) -> str:
+    """The output head (``dot`` for runs whose objective has none, or from before heads), and,
+    ``with_objective``, the objective when it is not a softmax (``edrep``)."""
     loss = config.get("loss", {})
     # The head sits beside the encoder (task.module.head); older runs kept it in the loss.
     module = config.get("task", {}).get("module", {})
     head = (module.get("head") or loss.get("head") or {}).get("_target_", "DotHead")
     name = head.rsplit(".", 1)[-1].removesuffix("Head").lower()
     objective = loss.get("_target_", "").rsplit(".", 1)[-1]
-    return name if objective.endswith("SoftmaxLoss") or not objective else f"{name}, {objective}"
+    if objective.endswith("SoftmaxLoss") or not objective or not with_objective:
+        return name
+    return f"{name}, {objective}"
 
 
 def _sampler_name(

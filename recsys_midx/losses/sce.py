@@ -128,6 +128,9 @@ class ScalableCrossEntropyLoss(torch.nn.Module):
     #: Buckets of plain dot products.
     accepted_heads: ClassVar[tuple[type[DotHead], ...]] = (DotHead,)
     refreshable: ClassVar[bool] = False
+    #: Scores candidates of its own choosing (its buckets): the sampler draws nothing, and a
+    #: run is named by the objective rather than by its sampler.
+    picks_own_candidates: ClassVar[bool] = True
 
     def __init__(
         self,
