@@ -158,8 +158,9 @@ def _pmixer_style_block_by_hand(block, x: torch.Tensor, normed_ffn_residual: boo
     q, k, v = normed @ w[0].T + b[0], x @ w[1].T + b[1], x @ w[2].T + b[2]
     scores = (q @ k.transpose(1, 2) / 4.0).masked_fill(~allowed, float("-inf"))
     h = normed + block.out(scores.softmax(-1) @ v)
-    residual = block.ffn_norm(h) if normed_ffn_residual else h
-    hidden = torch.relu(block.ffn_norm(h) @ block.ffn[0].weight.T + block.ffn[0].bias)
+    ffn_input = block.ffn_norm(h)
+    residual = ffn_input if normed_ffn_residual else h
+    hidden = torch.relu(ffn_input @ block.ffn[0].weight.T + block.ffn[0].bias)
     return residual + hidden @ block.ffn[-1].weight.T + block.ffn[-1].bias
 
 

@@ -64,16 +64,15 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
             monitor = config.get("task", {}).get("monitor", DEFAULT_MONITOR)
             # An objective that picks its own candidates (SCE) names the run: its sampler
             # config draws nothing.
-            objective = _objective_picking_own_candidates(config.get("loss", {}))
+            loss = config.get("loss", {})
+            objective = _objective_picking_own_candidates(loss)
             rows.append(
                 {
                     "dataset": config["dataset"]["name"],
                     "model": config["model"]["_target_"].rsplit(".", 1)[-1],
                     "head": _head_name(config, with_objective=objective is None),
                     "sampler": objective
-                    or _sampler_name(
-                        sampler, config.get("loss", {}), config.get("callbacks") or {}, result
-                    ),
+                    or _sampler_name(sampler, loss, config.get("callbacks") or {}, result),
                     "negatives": None
                     if objective or (kind is not None and kind.exhaustive)
                     else sampler.get("num_negatives"),

@@ -8,7 +8,7 @@ every real item).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -23,7 +23,8 @@ NormPlacement = Literal["pre", "post"]
 #: its normalised input too (``normed``, the SASRec block of pmixer/SASRec.pytorch:
 #: ``Q = LN(x); x = Q + MHA(Q, x, x); x = LN(x); x = x + FFN(x)``).
 Residual = Literal["input", "normed_query", "normed"]
-RESIDUALS: tuple[str, ...] = ("input", "normed_query", "normed")
+#: The values of :data:`Residual`.
+RESIDUALS: tuple[str, ...] = get_args(Residual)
 #: The feed-forward network's activation.
 FFNActivation = Literal["gelu", "relu"]
 ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
