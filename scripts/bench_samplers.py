@@ -305,7 +305,8 @@ def main() -> None:
         max_logit, perplexity = softmax_perplexity(catalog)
         for name in names:
             num_queries = args.exact_queries if name.startswith("midx_exact") else args.queries
-            row = bench_one(factories[name](num_items), catalog, args, num_queries)
+            sampler = factories[name](num_items).to(args.device)
+            row = bench_one(sampler, catalog, args, num_queries)
             queries_note = "" if num_queries == args.queries else f" (Q={num_queries})"
             kl = max(row["kl"], 0.0)  # an exact proposal can round to -1e-7
             print(
@@ -332,7 +333,7 @@ def main() -> None:
     print("| sampler | peak MiB | seconds (one run) |")
     print("|---|---:|---:|")
     for name in peak_names:
-        sampler = factories[name](sizes[-1])
+        sampler = factories[name](sizes[-1]).to(args.device)
         sampler.update(largest.items, largest.counts)
         with peak_memory_growth(args.device) as peak:
             seconds = timed(lambda s=sampler: s.sample(queries, args.peak_negatives), args.device)

@@ -9,7 +9,9 @@ the module's own ``training_step`` (forward and loss), backward and the configur
 update. The sampler's index is built once before timing and its build time is reported apart (in
 training it is amortised over ``callbacks.sampler_refresh.every_n_epochs``). With
 ``--device cuda`` the model, sampler and batches live on the GPU and the peak memory reported is
-the peak CUDA memory allocated (``--memory-limit-gib`` then only applies to host memory).
+the peak CUDA memory allocated (``--memory-limit-gib`` then only applies to host memory);
+``--precision bf16-mixed`` runs the forward and loss under bfloat16 autocast, as
+``trainer.precision=bf16-mixed`` does.
 
 A run whose resident memory passes ``--memory-limit-gib`` is stopped and reported as not fitting;
 one that outlasts ``--timeout`` is stopped too. For every sampler measured at two sizes or more, a
@@ -30,7 +32,7 @@ encoder computes then).
 
 Example:
     python scripts/bench_training.py --sizes 1e5 1e6 5e6 --samplers full midx --steps 2
-    python scripts/bench_training.py --device cuda --sizes 1e5 1e6 5e6
+    python scripts/bench_training.py --device cuda --precision bf16-mixed --sizes 1e5 1e6 5e6
     python scripts/bench_training.py --sizes 1e6 --samplers uniform midx midx+top1 --steps 2
     python scripts/bench_training.py --sizes 1e6 --samplers uniform midx --train-samples prefixes \
         --batch-size 512 --negatives 32
@@ -144,7 +146,8 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     warnings.filterwarnings("ignore", message="You are trying to `self.log\\(\\)`")
 
     def train_step(batch: dict[str, torch.Tensor], step: int) -> None:
-        loss = module.training_step(batch, step)
+        with torch.autocast(device.type, torch.bfloat16, enabled=args.precision == "bf16-mixed"):
+            loss = module.training_step(batch, step)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -283,6 +286,12 @@ def main() -> None:
         help="how batches are built (task.datamodule.train_samples)",
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument(
+        "--precision",
+        choices=["32", "bf16-mixed"],
+        default="32",
+        help="bf16-mixed: forward and loss under bfloat16 autocast",
+    )
     parser.add_argument("--single", nargs=2, metavar=("SAMPLER", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.single:
@@ -298,7 +307,8 @@ def main() -> None:
     shared = ", shared by the batch" if args.shared_negatives else ""
     print(
         f"SASRec D={args.dim}, batch {args.batch_size} {args.train_samples} samples x max_len "
-        f"{args.max_len}, {args.negatives} negatives{shared}, {where}, median of {args.steps} "
+        f"{args.max_len}, {args.negatives} negatives{shared}, {where}, precision "
+        f"{args.precision}, median of {args.steps} "
         "steps, memory limit "
         f"{args.memory_limit_gib:g} GiB\n"
     )

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import faiss
 import pytest
 import torch
-from conftest import TINY_RUN, sampler_overrides
+from conftest import ROOT, TINY_RUN, sampler_overrides
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.app.experiment import train
@@ -171,3 +173,32 @@ def test_training_run_on_the_accelerator(compose_config, tmp_path):
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["metrics"] == pytest.approx(results["metrics"])
     assert 0.0 <= results["metrics"]["test/ndcg@10"] <= 1.0
+
+
+def _bench(script: str, *arguments: str) -> list[str]:
+    """The table rows that ``scripts/SCRIPT ARGUMENTS --device DEVICE`` prints."""
+    command = [sys.executable, f"scripts/{script}", "--device", str(DEVICE), *arguments]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    return [line for line in lines if line.startswith("| ") and "---" not in line]
+
+
+def test_sampler_benchmark_runs_every_sampler_on_the_device():
+    rows = _bench(
+        "bench_samplers.py",
+        *("--sizes", "2000", "--samplers", "uniform", "popularity", "midx"),
+        *("--queries", "64", "--kl-queries", "16", "--repeats", "1", "--peak-queries", "128"),
+    )
+    measured = {row.split(" | ")[0].strip("| ").split(" (")[0] for row in rows[1:]}
+    assert {"uniform", "popularity", "midx"} <= measured
+
+
+def test_training_benchmark_runs_on_the_device_in_bf16():
+    rows = _bench(
+        "bench_training.py",
+        *("--sizes", "2000", "--samplers", "uniform", "midx", "--steps", "1", "--users", "200"),
+        *("--precision", "bf16-mixed"),
+    )
+    assert [row.split(" | ")[1] for row in rows[1:]] == ["uniform", "midx"]
+    assert not any("failed" in row for row in rows)
