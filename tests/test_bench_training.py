@@ -31,6 +31,7 @@ TINY = argparse.Namespace(
     shared_negatives=False,
     train_samples="last_window",
     device="cpu",
+    precision="32",
 )
 
 
