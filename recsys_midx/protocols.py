@@ -131,10 +131,11 @@ class Objective(Protocol):
     temperature), the positives, the item table and the sampler; returns the scalar loss to
     minimise. An objective states at class level which heads it can use (``accepted_heads``,
     checked when the Lightning module is built) and whether it holds an index built from the
-    item table (``refreshable``; it then also implements :class:`RefreshableIndex`). One that
-    declares ``per_sequence = True`` (:class:`~recsys_midx.losses.WindowSoftmaxLoss`) is called
-    by the sequential training step with two more keyword arguments: ``windows``, the batch's
-    ``[B, W]`` sequences, and ``positions``, the ``[B, L]`` mask of its query positions.
+    item table (``refreshable``; it then also implements :class:`RefreshableIndex`). One whose
+    ``per_sequence`` is true (:class:`~recsys_midx.losses.WindowSoftmaxLoss`, or a loss built
+    with ``exclude_window``) is called by the sequential training step with two more keyword
+    arguments: ``windows``, the batch's ``[B, W]`` sequences, and ``positions``, the ``[B, L]``
+    mask of its query positions.
 
     Attributes:
         name: the objective's name in messages, as the ``loss`` config group spells it.

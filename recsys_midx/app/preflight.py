@@ -24,6 +24,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from recsys_midx.app import step_memory
 from recsys_midx.app.threads import processes_per_machine
 from recsys_midx.errors import ConfigError
+from recsys_midx.heads import DotHead, MoEHead
 from recsys_midx.lit.checkpointing import RESUME_AUTO
 from recsys_midx.lit.table_optimizers import TABLE_OPTIMIZERS
 from recsys_midx.lit.xc import XCModule
@@ -179,12 +180,27 @@ def check_sampler(cfg: DictConfig) -> None:
 def check_loss_negatives(cfg: DictConfig) -> None:
     """A loss that trains on drawn negatives (``needs_negatives``, e.g. ``loss=bce``) comes
     with a sampler that draws them, not the exhaustive ``sampler=full``; one that draws per
-    training sequence (``per_sequence``) trains sequences, not ``task=xc``."""
+    training sequence (``per_sequence``) trains sequences, not ``task=xc``; so does one that
+    leaves each sequence's items out (``loss.exclude_window``), whose exact form takes only
+    ``head=dot``."""
     loss = get_class(cfg.loss._target_)
-    if getattr(loss, "per_sequence", False) and issubclass(
-        get_class(cfg.task.module._target_), XCModule
-    ):
+    on_points = issubclass(get_class(cfg.task.module._target_), XCModule)
+    if getattr(loss, "per_sequence", False) and on_points:
         raise ConfigError(f"loss={loss.name} draws per training sequence: it needs task=seqrec")
+    if cfg.loss.get("exclude_window"):
+        if on_points:
+            raise ConfigError(
+                "loss.exclude_window=true leaves out each training sequence's items: it needs "
+                "task=seqrec"
+            )
+        target = (cfg.get("head") or {}).get("_target_")
+        plain = target is None or issubclass(get_class(target), (DotHead, MoEHead))
+        if get_class(cfg.sampler._target_).exhaustive and not plain:
+            raise ConfigError(
+                "loss.exclude_window=true with sampler=full takes only head=dot or head=moe: "
+                "the exact normaliser less the window's items is computed for one query's plain "
+                "dot product"
+            )
     if getattr(loss, "needs_negatives", False) and get_class(cfg.sampler._target_).exhaustive:
         raise ConfigError(
             f"loss={loss.name} trains on sampled negatives: choose a sampler that draws them, "

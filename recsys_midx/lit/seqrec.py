@@ -72,8 +72,9 @@ class SeqRecModule(CatalogModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         queries, targets, is_query = self._training_queries(batch)
         if getattr(self.loss, "per_sequence", False):
-            # An objective that draws per sequence (loss=window_softmax) also gets each
-            # sequence's items and where its queries sit.
+            # An objective that draws per sequence (loss=window_softmax) or leaves each
+            # sequence's items out (loss.exclude_window) also gets each sequence's items and
+            # where its queries sit.
             loss = self.loss(
                 self.head(queries[is_query]),
                 targets[is_query],

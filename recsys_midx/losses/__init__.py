@@ -24,6 +24,7 @@ from .softmax import (
     draw_negatives,
     draw_shared_negatives,
 )
+from .window_exclusion import SequenceWindows, full_softmax_loss_outside_windows, window_hits
 from .window_softmax import WindowSoftmaxLoss, draw_outside_windows, window_softmax_loss
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "MultiLabelSoftmaxLoss",
     "Negatives",
     "ScalableCrossEntropyLoss",
+    "SequenceWindows",
     "WindowSoftmaxLoss",
     "SoftmaxLoss",
     "binary_cross_entropy_loss",
@@ -44,6 +46,7 @@ __all__ = [
     "draw_outside_windows",
     "draw_shared_negatives",
     "full_softmax_loss",
+    "full_softmax_loss_outside_windows",
     "gbce_beta",
     "head_full_softmax_loss",
     "head_sampled_softmax_loss",
@@ -52,5 +55,6 @@ __all__ = [
     "multilabel_head_sampled_softmax_loss",
     "multilabel_sampled_softmax_loss",
     "sampled_softmax_loss",
+    "window_hits",
     "window_softmax_loss",
 ]

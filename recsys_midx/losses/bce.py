@@ -23,8 +23,9 @@ from .full_softmax import (
     score_candidates,
     without_autocast,
 )
-from .sampled_softmax import score_negatives
+from .sampled_softmax import check_excluded, score_negatives
 from .softmax import draw_negatives, draw_shared_negatives
+from .window_exclusion import SequenceWindows, window_hits
 
 
 @without_autocast
@@ -34,6 +35,7 @@ def binary_cross_entropy_loss(
     targets: Tensor,
     neg_ids: Tensor,
     positive_weight: float = 1.0,
+    excluded: Tensor | None = None,
 ) -> Tensor:
     """Per-query ``w * softplus(-s(p)) + sum_j softplus(s(n_j))``: ``-w log sigmoid(s(p)) -
     sum_j log(1 - sigmoid(s(n_j)))``.
@@ -47,6 +49,8 @@ def binary_cross_entropy_loss(
         targets: ``[Q]`` target ids in ``1..N``.
         neg_ids: ``[Q, M]`` negative ids in ``1..N``, or ``[M]`` shared by all queries.
         positive_weight: ``w``, the positive term's weight (gBCE's ``beta``; 1 for plain BCE).
+        excluded: ``[Q, M]`` true at negatives left out besides the accidental hits
+            (``loss.exclude_window``); ``None``: none.
 
     Returns:
         ``[Q]`` losses.
@@ -67,6 +71,7 @@ def binary_cross_entropy_loss(
             f"neg_ids must have shape [{len(targets)}, M], or [M] when shared by the batch, "
             f"got {tuple(neg_ids.shape)}"
         )
+    check_excluded(neg_ids, excluded, len(query))
     dtype = compute_dtype(query, item_emb)
     query = query.to(dtype)
     if neg_ids.dim() == 2 and picks_from_catalog(query, item_emb, 1 + neg_ids.shape[1]):
@@ -80,7 +85,10 @@ def binary_cross_entropy_loss(
         positive = (query * target_emb).sum(dim=-1)
         negative = score_negatives(query, neg_emb)
     negative = F.softplus(negative)
-    negative = negative.masked_fill(neg_ids == targets[:, None], 0.0)
+    masked = neg_ids == targets[:, None]
+    if excluded is not None:
+        masked = masked | excluded
+    negative = negative.masked_fill(masked, 0.0)
     return positive_weight * F.softplus(-positive) + negative.sum(dim=-1)
 
 
@@ -95,10 +103,14 @@ class BCELoss(torch.nn.Module):
     Args:
         shared_negatives: draw one set of ``sampler.num_negatives`` negatives for the whole
             batch instead of one per query.
+        exclude_window: leave out the negatives that are items of the query's training
+            sequence (:mod:`~recsys_midx.losses.window_exclusion`), as SASRec's own training
+            draws them from outside the user's items: the loss is then called with the batch's
+            ``windows`` and query ``positions`` (``per_sequence``).
 
     Raises:
         ValueError: when called with an exhaustive sampler (``sampler=full``): it draws no
-            negatives.
+            negatives; with ``exclude_window``, when called without the sequences.
 
     Example:
         >>> from recsys_midx.samplers import UniformSampler
@@ -115,29 +127,49 @@ class BCELoss(torch.nn.Module):
     refreshable: ClassVar[bool] = False
     #: Trains on the sampler's negatives: an exhaustive sampler is refused.
     needs_negatives: ClassVar[bool] = True
+    #: Called with the batch's training sequences (set per instance by ``exclude_window``).
+    per_sequence: bool = False
 
-    def __init__(self, shared_negatives: bool = False) -> None:
+    def __init__(self, shared_negatives: bool = False, exclude_window: bool = False) -> None:
         super().__init__()
         self.shared_negatives = bool(shared_negatives)
+        self.exclude_window = self.per_sequence = bool(exclude_window)
 
     def positive_weight(self, sampler: Sampler) -> float:
         """The weight of the positive term: 1 for plain binary cross-entropy."""
         return 1.0
 
     def forward(
-        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, sampler: Sampler
+        self,
+        output: HeadOutput,
+        targets: Tensor,
+        item_emb: Tensor,
+        sampler: Sampler,
+        *,
+        windows: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """Scalar loss of a batch: ``output``'s ``[Q, D]`` scaled queries, ``[Q]`` targets, the
-        ``[N+1, D]`` item table and the sampler that draws the negatives."""
+        ``[N+1, D]`` item table and the sampler that draws the negatives; with
+        ``exclude_window`` also the ``[B, W]`` training sequences and ``[B, L]`` query
+        positions."""
         if sampler.exhaustive:
             raise ValueError(f"loss={self.name} needs sampled negatives, not sampler=full")
+        if self.exclude_window and (windows is None or positions is None):
+            raise ValueError(
+                f"loss={self.name} with loss.exclude_window=true needs each batch's training "
+                "sequences (windows=, positions=): it trains sequences (task=seqrec)"
+            )
         draw = draw_shared_negatives if self.shared_negatives else draw_negatives
         # Exact positives: the positives' log q is never used, so it is not computed.
         negatives = draw(sampler, output.queries, targets, True)
+        excluded = None
+        if self.exclude_window:
+            excluded = window_hits(negatives.ids, SequenceWindows.of_batch(windows, positions))
         weight = self.positive_weight(sampler)
         return binary_cross_entropy_loss(
-            output.queries, item_emb, targets, negatives.ids, weight
+            output.queries, item_emb, targets, negatives.ids, weight, excluded
         ).mean()
 
     def extra_repr(self) -> str:
-        return f"shared_negatives={self.shared_negatives}"
+        return f"shared_negatives={self.shared_negatives}, exclude_window={self.exclude_window}"

@@ -43,6 +43,8 @@ class GBCELoss(BCELoss):
     Args:
         calibration: ``t`` in ``[0, 1]``; gSASRec's default is 0.75.
         shared_negatives: draw one set of negatives for the whole batch (see :class:`BCELoss`).
+        exclude_window: leave out negatives from the query's training sequence (see
+            :class:`BCELoss`); ``beta`` keeps the catalog's sampling rate.
 
     Raises:
         ValueError: if ``calibration`` is outside ``[0, 1]``.
@@ -59,8 +61,13 @@ class GBCELoss(BCELoss):
 
     name: ClassVar[str] = "gbce"
 
-    def __init__(self, calibration: float = 0.75, shared_negatives: bool = False) -> None:
-        super().__init__(shared_negatives)
+    def __init__(
+        self,
+        calibration: float = 0.75,
+        shared_negatives: bool = False,
+        exclude_window: bool = False,
+    ) -> None:
+        super().__init__(shared_negatives, exclude_window)
         if not 0.0 <= calibration <= 1.0:
             raise ValueError(f"calibration={calibration} must be in [0, 1]")
         self.calibration = float(calibration)

@@ -391,3 +391,12 @@ class MultiLabelSoftmaxLoss(CatalogSoftmax):
         head_exact=multilabel_head_full_softmax_loss,
         head_sampled=multilabel_head_sampled_softmax_loss,
     )
+
+    def __init__(
+        self,
+        chunk_size: int = 32768,
+        exact_positives: bool | None = None,
+        shared_negatives: bool = False,
+    ) -> None:
+        # A point's labels are not a sequence: there is no window to leave out.
+        super().__init__(chunk_size, exact_positives, shared_negatives)

@@ -50,6 +50,22 @@ def check_negatives(
         )
 
 
+def check_excluded(neg_ids: Tensor, excluded: Tensor | None, num_queries: int) -> None:
+    """Check a sampled loss's mask of excluded negatives: ``None`` or boolean ``[Q, M]``.
+
+    Raises:
+        ValueError: if ``excluded`` is not a ``[Q, M]`` boolean mask.
+    """
+    if excluded is None:
+        return
+    shape = (num_queries, neg_ids.shape[-1])
+    if excluded.dtype != torch.bool or tuple(excluded.shape) != shape:
+        raise ValueError(
+            f"excluded must be a boolean mask of shape {list(shape)}, got {excluded.dtype} "
+            f"{list(excluded.shape)}"
+        )
+
+
 def score_negatives(queries: Tensor, neg_emb: Tensor) -> Tensor:
     """Scores of the negatives' rows for ``[Q, D]`` queries or ``[Q, K, D]`` query components.
 
@@ -119,17 +135,21 @@ def _candidate_logits(
     pos_log_q: Tensor,
     dtype: torch.dtype,
     transform: Transform | None = None,
+    excluded: Tensor | None = None,
 ) -> Tensor:
     """``[Q, K, 1 + M]`` logQ-corrected logits ``f(s) - log q`` of the target (column 0) and the
-    negatives (``[Q, M]`` per query or ``[M]`` shared), accidental hits masked to ``-inf``, for
-    ``[Q, K, D]`` query components."""
+    negatives (``[Q, M]`` per query or ``[M]`` shared), accidental hits and the ``[Q, M]``
+    ``excluded`` negatives masked to ``-inf``, for ``[Q, K, D]`` query components."""
     scores = _candidate_scores(components, item_emb, targets, neg_ids, dtype)
     if transform is not None:
         scores = transform(scores)
     per_query_log_q = neg_log_q.expand(targets.shape[0], -1)  # a view: shared [M] to [Q, M]
     log_q = torch.cat([pos_log_q[:, None], per_query_log_q], dim=1).to(dtype)
-    accidental_hits = F.pad(neg_ids == targets[:, None], (1, 0), value=False)
-    return (scores - log_q[:, None, :]).masked_fill(accidental_hits[:, None, :], float("-inf"))
+    masked = neg_ids == targets[:, None]
+    if excluded is not None:
+        masked = masked | excluded
+    masked = F.pad(masked, (1, 0), value=False)
+    return (scores - log_q[:, None, :]).masked_fill(masked[:, None, :], float("-inf"))
 
 
 @without_autocast
@@ -140,6 +160,7 @@ def sampled_softmax_loss(
     neg_ids: Tensor,
     neg_log_q: Tensor,
     pos_log_q: Tensor,
+    excluded: Tensor | None = None,
 ) -> Tensor:
     """Per-query sampled-softmax cross-entropy with the logQ correction.
 
@@ -157,6 +178,9 @@ def sampled_softmax_loss(
         neg_log_q: normalised ``log q`` of the negatives under the proposal, shaped like
             ``neg_ids``.
         pos_log_q: ``[Q]`` normalised ``log q`` of the targets under the same proposal.
+        excluded: ``[Q, M]`` true at negatives left out of the query's normaliser besides its
+            accidental hits (``loss.exclude_window``:
+            :func:`~recsys_midx.losses.window_exclusion.window_hits`); ``None``: none.
 
     Returns:
         ``[Q]`` losses.
@@ -179,8 +203,16 @@ def sampled_softmax_loss(
     check_scoring_inputs(query, item_emb, targets)
     check_negatives(query.shape[:1], neg_ids, neg_log_q, pos_log_q)
     dtype = compute_dtype(query, item_emb)
+    check_excluded(neg_ids, excluded, len(query))
     logits = _candidate_logits(
-        query.to(dtype)[:, None], item_emb, targets, neg_ids, neg_log_q, pos_log_q, dtype
+        query.to(dtype)[:, None],
+        item_emb,
+        targets,
+        neg_ids,
+        neg_log_q,
+        pos_log_q,
+        dtype,
+        excluded=excluded,
     )[:, 0]
     return torch.logsumexp(logits, dim=1) - logits[:, 0]
 
@@ -195,6 +227,7 @@ def head_sampled_softmax_loss(
     neg_log_q: Tensor,
     pos_log_q: Tensor,
     transform: Transform,
+    excluded: Tensor | None = None,
 ) -> Tensor:
     """Per-query sampled cross-entropy of a head's model, the negatives shared by its components.
 
@@ -215,6 +248,8 @@ def head_sampled_softmax_loss(
         neg_log_q: normalised ``log q`` of the negatives, shaped like ``neg_ids``.
         pos_log_q: ``[Q]`` normalised ``log q`` of the targets.
         transform: the head's pointwise transform ``f`` (identity for none).
+        excluded: ``[Q, M]`` true at negatives left out besides the accidental hits (see
+            :func:`sampled_softmax_loss`); ``None``: none.
 
     Returns:
         ``[Q]`` losses.
@@ -240,7 +275,16 @@ def head_sampled_softmax_loss(
     check_scoring_inputs(components[:, 0], item_emb, targets)
     check_negatives(components.shape[:1], neg_ids, neg_log_q, pos_log_q)
     dtype = compute_dtype(components, item_emb)
+    check_excluded(neg_ids, excluded, len(components))
     logits = _candidate_logits(
-        components.to(dtype), item_emb, targets, neg_ids, neg_log_q, pos_log_q, dtype, transform
+        components.to(dtype),
+        item_emb,
+        targets,
+        neg_ids,
+        neg_log_q,
+        pos_log_q,
+        dtype,
+        transform,
+        excluded,
     )
     return -mixture_log_prob(logits[..., 0] - torch.logsumexp(logits, dim=-1), log_prior)

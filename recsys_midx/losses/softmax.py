@@ -26,6 +26,7 @@ from ..samplers import Sampler
 from ..scoring import Transform
 from .full_softmax import full_softmax_loss, head_full_softmax_loss
 from .sampled_softmax import head_sampled_softmax_loss, sampled_softmax_loss
+from .window_exclusion import SequenceWindows, full_softmax_loss_outside_windows, window_hits
 
 
 class Negatives(NamedTuple):
@@ -255,10 +256,11 @@ class LossFunctions(NamedTuple):
 
     Attributes:
         exact: ``(query, item_emb, targets, chunk_size)``, plain dot-product exact loss.
-        sampled: ``(query, item_emb, targets, neg_ids, neg_log_q, pos_log_q)``.
+        sampled: ``(query, item_emb, targets, neg_ids, neg_log_q, pos_log_q)``, and the
+            keyword ``excluded`` (a ``[Q, M]`` mask) for an objective with ``exclude_window``.
         head_exact: ``(queries, log_prior, item_emb, targets, transform, chunk_size)``.
         head_sampled: ``(queries, log_prior, item_emb, targets, neg_ids, neg_log_q, pos_log_q,
-            transform)``.
+            transform)``, and ``excluded`` as for ``sampled``.
     """
 
     exact: Callable[..., Tensor]
@@ -305,6 +307,10 @@ class CatalogSoftmax(torch.nn.Module):
             batch from the mixture of its queries' proposals (:func:`draw_shared_negatives`)
             instead of ``M`` per query, and score them for all queries with one matrix product.
             Ignored by exhaustive samplers, whose loss is exact.
+        exclude_window: leave each query's training-sequence items other than its target out
+            of its normaliser (:mod:`~recsys_midx.losses.window_exclusion`): the loss is then
+            called with the batch's ``windows`` and query ``positions`` (``per_sequence``). The
+            exact loss with it takes only the plain dot product (no transform, one query).
 
     Raises:
         ValueError: if ``chunk_size < 1``.
@@ -317,12 +323,15 @@ class CatalogSoftmax(torch.nn.Module):
     accepted_heads: ClassVar[tuple[type[Head], ...]] = (Head,)
     #: Built from the item table? No: nothing to refresh.
     refreshable: ClassVar[bool] = False
+    #: Called with the batch's training sequences (set per instance by ``exclude_window``).
+    per_sequence: bool = False
 
     def __init__(
         self,
         chunk_size: int = 32768,
         exact_positives: bool | None = None,
         shared_negatives: bool = False,
+        exclude_window: bool = False,
     ) -> None:
         super().__init__()
         if chunk_size < 1:
@@ -330,9 +339,17 @@ class CatalogSoftmax(torch.nn.Module):
         self.chunk_size = int(chunk_size)
         self.exact_positives = None if exact_positives is None else bool(exact_positives)
         self.shared_negatives = bool(shared_negatives)
+        self.exclude_window = self.per_sequence = bool(exclude_window)
 
     def forward(
-        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, sampler: Sampler
+        self,
+        output: HeadOutput,
+        targets: Tensor,
+        item_emb: Tensor,
+        sampler: Sampler,
+        *,
+        windows: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """Scalar loss of a batch.
 
@@ -343,14 +360,31 @@ class CatalogSoftmax(torch.nn.Module):
                 target ids, or ``[Q, P]`` positives padded with ``0``).
             item_emb: ``[N+1, D]`` item table, row 0 padding.
             sampler: the proposal; exhaustive samplers select the exact loss.
+            windows: ``[B, W]`` the batch's training sequences (``exclude_window`` only).
+            positions: ``[B, L]`` boolean mask of their query positions, row-major as the
+                queries (``exclude_window`` only).
 
         Returns:
             Scalar loss.
+
+        Raises:
+            ValueError: with ``exclude_window``, when the sequences are not given, or for the
+                exact loss of a head with a transform or several queries.
         """
         z, log_prior, transform = output
         plain = z.dim() == 2 and transform is None
         transform = _identity if transform is None else transform
+        sequences = self._sequences(windows, positions)
         if sampler.exhaustive:
+            if sequences is not None:
+                if not plain:
+                    raise ValueError(
+                        f"loss={self.name} loss.exclude_window=true with sampler=full takes "
+                        "only the plain dot product (head=dot)"
+                    )
+                return full_softmax_loss_outside_windows(
+                    z, item_emb, targets, sequences, self.chunk_size
+                ).mean()
             if plain:
                 return self.exact_loss(z, targets, item_emb)
             return self.head_exact_loss(z, log_prior, targets, item_emb, transform)
@@ -359,9 +393,25 @@ class CatalogSoftmax(torch.nn.Module):
         else:
             draw = draw_negatives if z.dim() == 2 else draw_mixture_negatives
         negatives = draw(sampler, z, targets, self.counts_positives_exactly(sampler))
+        excluded = None if sequences is None else window_hits(negatives.ids, sequences)
         if plain:
-            return self.sampled_loss(z, targets, item_emb, negatives)
-        return self.head_sampled_loss(z, log_prior, targets, item_emb, negatives, transform)
+            return self.sampled_loss(z, targets, item_emb, negatives, excluded)
+        return self.head_sampled_loss(
+            z, log_prior, targets, item_emb, negatives, transform, excluded
+        )
+
+    def _sequences(
+        self, windows: Tensor | None, positions: Tensor | None
+    ) -> SequenceWindows | None:
+        """The batch's sequences when ``exclude_window`` asks for them, else ``None``."""
+        if not self.exclude_window:
+            return None
+        if windows is None or positions is None:
+            raise ValueError(
+                f"loss={self.name} with loss.exclude_window=true needs each batch's training "
+                "sequences (windows=, positions=): it trains sequences (task=seqrec)"
+            )
+        return SequenceWindows.of_batch(windows, positions)
 
     def counts_positives_exactly(self, sampler: Sampler) -> bool:
         """Whether a sampled loss with ``sampler`` counts the positive exactly: as set, or as
@@ -375,12 +425,19 @@ class CatalogSoftmax(torch.nn.Module):
         return self.functions.exact(query, item_emb, targets, self.chunk_size).mean()
 
     def sampled_loss(
-        self, query: Tensor, targets: Tensor, item_emb: Tensor, negatives: Negatives
+        self,
+        query: Tensor,
+        targets: Tensor,
+        item_emb: Tensor,
+        negatives: Negatives,
+        excluded: Tensor | None = None,
     ) -> Tensor:
-        """Mean logQ-corrected sampled cross-entropy for scaled queries and drawn negatives."""
-        return self.functions.sampled(
-            query, item_emb, targets, negatives.ids, negatives.log_q, negatives.positive_log_q
-        ).mean()
+        """Mean logQ-corrected sampled cross-entropy for scaled queries and drawn negatives,
+        the ``[Q, M]`` ``excluded`` ones (``exclude_window``) left out."""
+        args = (query, item_emb, targets, negatives.ids, negatives.log_q, negatives.positive_log_q)
+        if excluded is None:
+            return self.functions.sampled(*args).mean()
+        return self.functions.sampled(*args, excluded=excluded).mean()
 
     def head_exact_loss(
         self,
@@ -404,10 +461,11 @@ class CatalogSoftmax(torch.nn.Module):
         item_emb: Tensor,
         negatives: Negatives,
         transform: Transform,
+        excluded: Tensor | None = None,
     ) -> Tensor:
         """Mean sampled cross-entropy of the head's model for scaled queries, drawn negatives
-        and the head's score ``transform``."""
-        return self.functions.head_sampled(
+        and the head's score ``transform``, the ``[Q, M]`` ``excluded`` negatives left out."""
+        args = (
             queries,
             log_prior,
             item_emb,
@@ -416,12 +474,15 @@ class CatalogSoftmax(torch.nn.Module):
             negatives.log_q,
             negatives.positive_log_q,
             transform,
-        ).mean()
+        )
+        if excluded is None:
+            return self.functions.head_sampled(*args).mean()
+        return self.functions.head_sampled(*args, excluded=excluded).mean()
 
     def extra_repr(self) -> str:
         return (
             f"chunk_size={self.chunk_size}, exact_positives={self.exact_positives}, "
-            f"shared_negatives={self.shared_negatives}"
+            f"shared_negatives={self.shared_negatives}, exclude_window={self.exclude_window}"
         )
 
 
@@ -443,6 +504,8 @@ class SoftmaxLoss(CatalogSoftmax):
             :class:`CatalogSoftmax`).
         shared_negatives: draw one set of negatives for the whole batch instead of one per
             query (see :class:`CatalogSoftmax`).
+        exclude_window: leave each query's training-sequence items other than its target out
+            of its normaliser (see :class:`CatalogSoftmax`).
 
     Raises:
         ValueError: if ``chunk_size < 1``; on malformed inputs when called (see
