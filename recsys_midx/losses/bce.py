@@ -25,7 +25,7 @@ from .full_softmax import (
 )
 from .sampled_softmax import check_excluded, score_negatives
 from .softmax import draw_negatives, draw_shared_negatives
-from .window_exclusion import SequenceWindows, window_hits
+from .window_exclusion import batch_sequences, window_hits
 
 
 @without_autocast
@@ -155,17 +155,11 @@ class BCELoss(torch.nn.Module):
         positions."""
         if sampler.exhaustive:
             raise ValueError(f"loss={self.name} needs sampled negatives, not sampler=full")
-        if self.exclude_window and (windows is None or positions is None):
-            raise ValueError(
-                f"loss={self.name} with loss.exclude_window=true needs each batch's training "
-                "sequences (windows=, positions=): it trains sequences (task=seqrec)"
-            )
+        sequences = batch_sequences(self.name, windows, positions) if self.exclude_window else None
         draw = draw_shared_negatives if self.shared_negatives else draw_negatives
         # Exact positives: the positives' log q is never used, so it is not computed.
         negatives = draw(sampler, output.queries, targets, True)
-        excluded = None
-        if self.exclude_window:
-            excluded = window_hits(negatives.ids, SequenceWindows.of_batch(windows, positions))
+        excluded = None if sequences is None else window_hits(negatives.ids, sequences)
         weight = self.positive_weight(sampler)
         return binary_cross_entropy_loss(
             output.queries, item_emb, targets, negatives.ids, weight, excluded

@@ -26,7 +26,7 @@ from ..samplers import Sampler
 from ..scoring import Transform
 from .full_softmax import full_softmax_loss, head_full_softmax_loss
 from .sampled_softmax import head_sampled_softmax_loss, sampled_softmax_loss
-from .window_exclusion import SequenceWindows, full_softmax_loss_outside_windows, window_hits
+from .window_exclusion import batch_sequences, full_softmax_loss_outside_windows, window_hits
 
 
 class Negatives(NamedTuple):
@@ -374,7 +374,7 @@ class CatalogSoftmax(torch.nn.Module):
         z, log_prior, transform = output
         plain = z.dim() == 2 and transform is None
         transform = _identity if transform is None else transform
-        sequences = self._sequences(windows, positions)
+        sequences = batch_sequences(self.name, windows, positions) if self.exclude_window else None
         if sampler.exhaustive:
             if sequences is not None:
                 if not plain:
@@ -399,19 +399,6 @@ class CatalogSoftmax(torch.nn.Module):
         return self.head_sampled_loss(
             z, log_prior, targets, item_emb, negatives, transform, excluded
         )
-
-    def _sequences(
-        self, windows: Tensor | None, positions: Tensor | None
-    ) -> SequenceWindows | None:
-        """The batch's sequences when ``exclude_window`` asks for them, else ``None``."""
-        if not self.exclude_window:
-            return None
-        if windows is None or positions is None:
-            raise ValueError(
-                f"loss={self.name} with loss.exclude_window=true needs each batch's training "
-                "sequences (windows=, positions=): it trains sequences (task=seqrec)"
-            )
-        return SequenceWindows.of_batch(windows, positions)
 
     def counts_positives_exactly(self, sampler: Sampler) -> bool:
         """Whether a sampled loss with ``sampler`` counts the positive exactly: as set, or as

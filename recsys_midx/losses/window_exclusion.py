@@ -62,6 +62,22 @@ class SequenceWindows(NamedTuple):
         )
 
 
+def batch_sequences(
+    loss_name: str, windows: Tensor | None, positions: Tensor | None
+) -> SequenceWindows:
+    """The sequences a loss with ``exclude_window`` was called with.
+
+    Raises:
+        ValueError: naming ``loss_name`` when the training step did not give them.
+    """
+    if windows is None or positions is None:
+        raise ValueError(
+            f"loss={loss_name} with loss.exclude_window=true needs each batch's training "
+            "sequences (windows=, positions=): it trains sequences (task=seqrec)"
+        )
+    return SequenceWindows.of_batch(windows, positions)
+
+
 def window_hits(neg_ids: Tensor, windows: SequenceWindows) -> Tensor:
     """``[Q, M]`` true where a negative is an item of its query's training sequence.
 
