@@ -11,7 +11,7 @@ from torch import Tensor
 
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import SoftmaxLoss, full_softmax, full_softmax_loss, sampled_softmax_loss
-from recsys_midx.losses.softmax import exact_positive_log_q
+from recsys_midx.losses.negatives import exact_positive_log_q
 from recsys_midx.samplers import FullSampler, PopularitySampler, UniformSampler
 
 NUM_ITEMS = 50

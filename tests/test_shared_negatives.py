@@ -26,7 +26,7 @@ from recsys_midx.losses import (
     multilabel_sampled_softmax_loss,
     sampled_softmax_loss,
 )
-from recsys_midx.losses.softmax import exact_positive_log_q
+from recsys_midx.losses.negatives import exact_positive_log_q
 from recsys_midx.samplers import (
     FullSampler,
     InBatchSampler,
@@ -141,14 +141,14 @@ def test_component_queries_pool_into_one_mixture() -> None:
 
 
 def test_many_queries_are_scored_in_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import recsys_midx.losses.softmax as softmax
+    import recsys_midx.losses.negatives as negatives
 
     sampler = _midx()
     queries = torch.randn(7, DIM, generator=_generator(6))
     targets = torch.arange(1, 8)
     torch.manual_seed(7)
     whole = draw_shared_negatives(sampler, queries, targets)
-    monkeypatch.setattr(softmax, "_MIXTURE_BLOCK_PAIRS", 1)  # one query per call of the sampler
+    monkeypatch.setattr(negatives, "_MIXTURE_BLOCK_PAIRS", 1)  # one query per call of the sampler
     torch.manual_seed(7)
     blocked = draw_shared_negatives(sampler, queries, targets)
     assert torch.equal(whole.ids, blocked.ids)

@@ -13,17 +13,10 @@ from .multilabel import (
     multilabel_head_sampled_softmax_loss,
     multilabel_sampled_softmax_loss,
 )
+from .negatives import Negatives, draw_mixture_negatives, draw_negatives, draw_shared_negatives
 from .sampled_softmax import head_sampled_softmax_loss, sampled_softmax_loss
 from .sce import ScalableCrossEntropyLoss, bucketed_cross_entropy_loss
-from .softmax import (
-    CatalogSoftmax,
-    LossFunctions,
-    Negatives,
-    SoftmaxLoss,
-    draw_mixture_negatives,
-    draw_negatives,
-    draw_shared_negatives,
-)
+from .softmax import CatalogSoftmax, LossFunctions, SoftmaxLoss
 from .window_exclusion import SequenceWindows, full_softmax_loss_outside_windows, window_hits
 from .window_softmax import WindowSoftmaxLoss, draw_outside_windows, window_softmax_loss
 

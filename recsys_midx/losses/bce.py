@@ -23,8 +23,8 @@ from .full_softmax import (
     score_candidates,
     without_autocast,
 )
+from .negatives import draw_negatives, draw_shared_negatives
 from .sampled_softmax import check_excluded, score_negatives
-from .softmax import draw_negatives, draw_shared_negatives
 from .window_exclusion import batch_sequences, window_hits
 
 
