@@ -465,3 +465,11 @@ def test_invalid_configurations(catalog: dict[str, torch.Tensor]) -> None:
             )
     with pytest.raises(ValueError, match="num_codewords"):
         ProductCodebooks(num_codewords=64).fit(torch.randn(10, 4))
+
+
+def test_segment_positions_concatenate_the_runs_and_skip_empty_ones() -> None:
+    from recsys_midx.samplers.exact_top import _segment_positions
+
+    starts, counts = torch.tensor([5, 0, 9, 2, 7]), torch.tensor([2, 0, 3, 1, 0])
+    expected = [5, 6, 9, 10, 11, 2]
+    assert _segment_positions(starts, counts, int(counts.sum())).tolist() == expected

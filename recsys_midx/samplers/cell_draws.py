@@ -138,7 +138,7 @@ def factorised_masses(scores: Tensor, grid: CodePairGrid) -> tuple[Tensor, Tenso
     # Codewords without non-empty cells may score above the peak: zero them before any product.
     e_1, e_2 = per_book.sub(peak).exp_().masked_fill_(~live, 0.0).unbind(1)
     masses = (e_2 @ grid.weights.T).mul_(e_1)
-    floor = _MASS_FLOOR * (float(grid.weights.sum()) + k)
+    floor = grid.weights.sum().add(k).mul_(_MASS_FLOOR)  # a tensor: no host sync for it
     if not bool((masses.sum(1) >= floor).all()):
         return None
     return masses, e_2, peak.sum(1)

@@ -180,21 +180,19 @@ class ExactTopCells(IndexModule):
         starts = torch.where(present, offsets[cells], 0)
         counts = torch.where(present, offsets[cells + 1] - starts, 0)
         per_query = counts.sum(1)
-        # Cells are disjoint runs of the cell order: taken by start, a query's positions ascend,
-        # as the sparse layout that scores them asks.
-        by_start = starts.argsort(1)
-        sorted_counts = counts.gather(1, by_start)
-        positions = _segment_positions(
-            starts.gather(1, by_start).flatten(), sorted_counts.flatten()
-        )
-        sorted_offsets = sorted_counts.flatten().cumsum(0).sub_(sorted_counts.flatten())
-        cell_offsets = torch.empty_like(counts).scatter_(
-            1, by_start, sorted_offsets.view_as(counts)
-        )
+        # The top codes ascend, so a query's keys ascend, and so do its non-empty cells' starts
+        # in the cell order (sorted by key): its items' positions ascend, as the sparse layout
+        # that scores them asks, with no sort.
+        flat_counts = counts.flatten()
+        total = int(flat_counts.sum())  # the one host sync: the layout's size
+        positions = _segment_positions(starts.flatten(), flat_counts, total)
+        cell_offsets = flat_counts.cumsum(0).sub_(flat_counts).view_as(counts)
         query_offsets = torch.cat([per_query.new_zeros(1), per_query.cumsum(0)])
         exact = _scores_at(z, self.items_in_cell_order, query_offsets, positions)
         ids = order[positions]
-        query_of = torch.repeat_interleave(torch.arange(rows, device=z.device), per_query)
+        query_of = torch.repeat_interleave(
+            torch.arange(rows, device=z.device), per_query, output_size=total
+        )
         peak = exact.new_full((rows,), -math.inf).scatter_reduce_(0, query_of, exact, "amax")
         cum = (exact - peak[query_of]).exp_().cumsum(0, dtype=torch.float64)
         # prefix_sum reads cum[0]: without any top-cell item in the chunk every sum is 0.
@@ -240,11 +238,13 @@ class ExactTopCells(IndexModule):
         top cell (the rank of its code among each codebook's ``t`` best) gives its place in the
         flat layout, so no item row is read again.
         """
-        matches = codes.unsqueeze(3) == state.top_codes.unsqueeze(1)  # [Qc, L, B, t]
-        in_top = matches.any(3).all(2) & (ids > 0)
         top = state.top_codes.shape[2]
+        by_book = codes.transpose(1, 2).contiguous()  # [Qc, B, L]
+        # The top codes ascend: a binary search finds each code's rank among them.
+        ranks = torch.searchsorted(state.top_codes, by_book).clamp_max_(top - 1)
+        in_top = (state.top_codes.gather(2, ranks) == by_book).all(1) & (ids > 0)
         cell = torch.zeros_like(ids)
-        for rank in matches.int().argmax(3).unbind(2):
+        for rank in ranks.unbind(1):
             cell = cell * top + rank
         start = state.cell_starts.gather(1, cell)
         flat = state.cell_offsets.gather(1, cell) + self.position_of_id[ids] - start
@@ -292,9 +292,11 @@ class ExactTopCells(IndexModule):
         return f"top_codewords={self.top_codewords}, weight={self.weight}"
 
     def _top_codes(self, scores: Tensor, num_codewords: int) -> Tensor:
-        """``[Qc, B, t]`` each codebook's ``t`` best codewords for the queries' ``scores``."""
+        """``[Qc, B, t]`` each codebook's ``t`` best codewords for the queries' ``scores``, in
+        ascending code order (so the top cells' keys ascend)."""
         per_book = scores.view(scores.shape[0], -1, num_codewords)
-        return per_book.topk(min(self.top_codewords, num_codewords), dim=2).indices
+        top = per_book.topk(min(self.top_codewords, num_codewords), dim=2, sorted=False).indices
+        return top.sort(dim=2).values
 
     def _log_weights(self, empty: Tensor) -> tuple[Tensor, Tensor]:
         """``log lam`` and ``log (1 - lam)`` ``[Qc, 1]``; ``-inf`` and 0 where ``empty``."""
@@ -336,9 +338,10 @@ def _scores_at(z: Tensor, items: Tensor, query_offsets: Tensor, positions: Tenso
         return torch.sparse.sampled_addmm(pattern, z, items.T, beta=0.0).values()
 
 
-def _segment_positions(starts: Tensor, counts: Tensor) -> Tensor:
-    """``cat([arange(s, s + c) for s, c in zip(starts, counts)])`` without a Python loop."""
-    total = int(counts.sum())
-    first = torch.cumsum(counts, 0) - counts
-    within = torch.arange(total, device=counts.device) - torch.repeat_interleave(first, counts)
-    return torch.repeat_interleave(starts, counts) + within
+def _segment_positions(starts: Tensor, counts: Tensor, total: int) -> Tensor:
+    """``cat([arange(s, s + c) for s, c in zip(starts, counts)])`` without a Python loop, for
+    ``total = counts.sum()``: the ``j``-th entry of a segment that begins at ``first`` in the
+    output is ``start + j - first``."""
+    first = torch.cumsum(counts, 0).sub_(counts)
+    shift = torch.repeat_interleave(starts - first, counts, output_size=total)
+    return shift.add_(torch.arange(total, device=counts.device))
