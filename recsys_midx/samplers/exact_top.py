@@ -92,8 +92,9 @@ def top_codewords_for_budget(
 class TopCellsState(NamedTuple):
     """Per-chunk state of the top-cell head, its items laid out query by query."""
 
-    #: ``[Qc, B, t]`` each codebook's ``t`` best codewords per query.
-    top_codes: Tensor
+    #: ``[Qc, B, K]`` the rank of each codeword among its codebook's ``t`` best for the query,
+    #: in ascending code order (-1 for the others).
+    code_ranks: Tensor
     #: ``[Qc, 1]`` ``log lam`` (``-inf`` where the top cells are all empty).
     log_weight: Tensor
     #: ``[Qc, 1]`` ``log (1 - lam)`` (0 where the top cells are all empty).
@@ -199,8 +200,12 @@ class ExactTopCells(IndexModule):
         query_cum = prefix_sum(cum, query_offsets) if cum.numel() else cum.new_zeros(rows + 1)
         log_normaliser = (query_cum.diff().log().float() + peak).unsqueeze(1)
         log_weight, log_rest = self._log_weights((per_query == 0).unsqueeze(1))
+        code_ranks = torch.full(scores.shape, -1, dtype=torch.long, device=z.device)
+        code_ranks = code_ranks.view(rows, -1, num_codewords).scatter_(
+            2, top_codes, torch.arange(top_codes.shape[2], device=z.device).expand_as(top_codes)
+        )
         return TopCellsState(
-            top_codes,
+            code_ranks,
             log_weight,
             log_rest,
             log_normaliser,
@@ -238,13 +243,11 @@ class ExactTopCells(IndexModule):
         top cell (the rank of its code among each codebook's ``t`` best) gives its place in the
         flat layout, so no item row is read again.
         """
-        top = state.top_codes.shape[2]
-        by_book = codes.transpose(1, 2).contiguous()  # [Qc, B, L]
-        # The top codes ascend: a binary search finds each code's rank among them.
-        ranks = torch.searchsorted(state.top_codes, by_book).clamp_max_(top - 1)
-        in_top = (state.top_codes.gather(2, ranks) == by_book).all(1) & (ids > 0)
+        top = min(self.top_codewords, state.code_ranks.shape[2])
+        ranks = state.code_ranks.gather(2, codes.transpose(1, 2))  # [Qc, B, L]
+        in_top = (ranks >= 0).all(1) & (ids > 0)
         cell = torch.zeros_like(ids)
-        for rank in ranks.unbind(1):
+        for rank in ranks.clamp_min_(0).unbind(1):
             cell = cell * top + rank
         start = state.cell_starts.gather(1, cell)
         flat = state.cell_offsets.gather(1, cell) + self.position_of_id[ids] - start
