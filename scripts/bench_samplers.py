@@ -17,6 +17,8 @@ Example:
     python scripts/bench_samplers.py --sizes 1e5 --samplers midx --negatives 32 --codewords 128 \
         --cell-draws table two_stage
     python scripts/bench_samplers.py --sizes 1e5 1e6 --samplers midx midx+top8 --exact-tops 8
+    python scripts/bench_samplers.py --sizes 3416 1e5 --samplers midx --queries 25600 \
+        --query-chunk-sizes 512 1024 4096 0 --device cuda
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import argparse
 import contextlib
 import ctypes
 import ctypes.util
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -95,12 +98,18 @@ def make_catalog(
 
 
 def sampler_factories(
-    num_negatives: int, num_codewords: int, cell_draws: list[str], exact_tops: list[int]
+    num_negatives: int,
+    num_codewords: int,
+    cell_draws: list[str],
+    exact_tops: list[int],
+    query_chunk_sizes: list[int | None] | None = None,
 ) -> dict[str, Callable[[int], Sampler]]:
     """Constructors ``N -> sampler`` by name; with several ``cell_draws`` each MIDX sampler
-    appears once per way of drawing cells, named ``"midx (table)"`` and so on. Each of
-    ``exact_tops`` adds ``"midx+topT"``: MIDX with the exact softmax over the top ``T**2``
-    cells mixed in."""
+    appears once per way of drawing cells, named ``"midx (table)"`` and so on, and with several
+    ``query_chunk_sizes`` once per chunk (``"midx (chunk 4096)"``; ``None``: the device's).
+    Each of ``exact_tops`` adds ``"midx+topT"``: MIDX with the exact softmax over the top
+    ``T**2`` cells mixed in."""
+    chunks = query_chunk_sizes or [None]
     factories: dict[str, Callable[[int], Sampler]] = {
         "uniform": lambda n: UniformSampler(n, num_negatives),
         "popularity": lambda n: PopularitySampler(n, num_negatives, alpha=0.75, smoothing=1.0),
@@ -113,14 +122,17 @@ def sampler_factories(
         **{f"midx+top{t}": {"exact_top_codewords": t} for t in exact_tops},
     }
     for name, kwargs in midx_variants.items():
-        for draw in cell_draws:
-            label = name if len(cell_draws) == 1 else f"{name} ({draw})"
+        for draw, chunk in itertools.product(cell_draws, chunks):
+            parts = [draw] if len(cell_draws) > 1 else []
+            parts += [f"chunk {chunk or 'auto'}"] if len(chunks) > 1 else []
+            label = f"{name} ({', '.join(parts)})" if parts else name
             # No exact top cells but those of midx+topT.
-            factories[label] = lambda n, kw=kwargs, draw=draw: MIDXSampler(
+            factories[label] = lambda n, kw=kwargs, draw=draw, chunk=chunk: MIDXSampler(
                 n,
                 num_negatives,
                 num_codewords=num_codewords,
                 cell_draw=draw,
+                query_chunk_size=chunk,
                 **{"exact_top_codewords": 0, **kw},
             )
     return factories
@@ -251,6 +263,14 @@ def parse_args() -> argparse.Namespace:
         default=[],
         help="add a 'midx+topT' row per T: the exact softmax over the top T**2 cells mixed in",
     )
+    parser.add_argument(
+        "--query-chunk-sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="MIDX query_chunk_size settings, one row per setting (0: sized by the device); "
+        "default: sized by the device",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="default: torch's default")
     parser.add_argument(
@@ -266,7 +286,10 @@ def main() -> None:
     args = parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    factories = sampler_factories(args.negatives, args.codewords, args.cell_draws, args.exact_tops)
+    chunks = [size or None for size in args.query_chunk_sizes or [0]]
+    factories = sampler_factories(
+        args.negatives, args.codewords, args.cell_draws, args.exact_tops, chunks
+    )
     # "midx" selects all of its --cell-draws rows ("midx (table)", ...).
     bases = {label: label.split(" (")[0] for label in factories}
     wanted = set(args.samplers or bases.values())

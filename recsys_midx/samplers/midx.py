@@ -28,7 +28,8 @@ Optionally (``exact_top_codewords = t > 0``) the proposal mixes in the exact sof
 items of each query's top ``t**B`` cells (:mod:`recsys_midx.samplers.exact_top`): a draw comes
 from there with probability ``exact_top_weight``, and ``log q`` is the mixture's.
 
-Queries are processed in chunks to bound memory.
+Queries are processed in chunks to bound memory, sized by the device unless the user sets them
+(:mod:`recsys_midx.samplers.query_chunks`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from recsys_midx.samplers.exact_top import (
     top_codewords_for_budget,
 )
 from recsys_midx.samplers.last_stage import ExactStage, LastStage, PopularityStage, UniformStage
+from recsys_midx.samplers.query_chunks import query_chunk_rows
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +113,11 @@ class MIDXSampler(Sampler, IndexModule):
             on average; ``t`` is the largest that keeps ``t**B * N / K**B`` within it, and
             within ``N / 2 - exact_top_items`` on small catalogs.
         exact_top_weight: the probability of a draw from those top cells, in ``(0, 1)``.
-        query_chunk_size: queries processed at once. Temporaries grow linearly with
-            ``query_chunk_size * (#cells + M)`` (a chunk's cell tables and draws), besides the
-            ``12 * Q * M`` bytes of output; the exact stage further caps ``rows x N``.
+        query_chunk_size: queries processed at once. Temporaries grow linearly with it (a
+            chunk's cell tables, top-cell layout and draws), besides the ``12 * Q * M`` bytes
+            of output; the exact stage further caps ``rows x N``. ``None`` (default): sized by
+            the device (:func:`~recsys_midx.samplers.query_chunks.query_chunk_rows`): 1,024 on
+            a CPU, on CUDA as many as fit a share of the device's memory.
 
     Raises:
         ValueError: for a setting outside :attr:`choices` or below :attr:`minimums`, ``K > N``,
@@ -161,7 +165,7 @@ class MIDXSampler(Sampler, IndexModule):
         exact_top_codewords: int | None = None,
         exact_top_weight: float = 0.5,
         exact_top_items: int = 900,
-        query_chunk_size: int = 1024,
+        query_chunk_size: int | None = None,
     ) -> None:
         super().__init__(num_items, num_negatives)
         self.check_settings(locals())  # every argument against the declared choices and minimums
@@ -177,7 +181,7 @@ class MIDXSampler(Sampler, IndexModule):
             )
         self.cell_draw = cell_draw
         self.last_stage = last_stage
-        self.query_chunk_size = int(query_chunk_size)
+        self.query_chunk_size = None if query_chunk_size is None else int(query_chunk_size)
         self.codebooks = make_codebooks(
             quantizer,
             num_codewords=num_codewords,
@@ -305,7 +309,7 @@ class MIDXSampler(Sampler, IndexModule):
         ids = torch.empty(query.shape[0], num_samples, dtype=torch.long, device=query.device)
         log_q = torch.empty(query.shape[0], num_samples, device=query.device)
         grid = self._two_stage_grid(num_samples)
-        for rows, z in self._chunks(query):
+        for rows, z in self._chunks(query, self._chunk_elements(num_samples, grid is not None)):
             scores = self.codebooks.scores(z)
             drawn = None
             if grid is not None:
@@ -333,7 +337,7 @@ class MIDXSampler(Sampler, IndexModule):
         flat = ids.reshape(ids.shape[0], -1).long()
         out = torch.empty(flat.shape, device=query.device)
         grid = self._two_stage_grid(0)
-        for rows, z in self._chunks(query):
+        for rows, z in self._chunks(query, self._chunk_elements(flat.shape[1], grid is not None)):
             scores, state, log_z = self._log_normaliser(z, grid)
             chunk_ids = flat[rows]
             # id 0 has no codes; any row will do, since _log_q masks it.
@@ -352,7 +356,9 @@ class MIDXSampler(Sampler, IndexModule):
         ids = torch.arange(1, self.num_items + 1, device=query.device)
         out = torch.empty(query.shape[0], self.num_items, device=query.device)
         grid = self._two_stage_grid(0)
-        for rows, z in self._chunks(query):
+        # A row of the catalog per query, and about as many temporaries beside it.
+        per_query = self._chunk_elements(0, grid is not None) + 8 * self.num_items
+        for rows, z in self._chunks(query, per_query):
             scores, state, log_z = self._log_normaliser(z, grid)
             log_q = summed_codeword_scores(
                 scores, self.codebooks.codes, self.codebooks.num_codewords
@@ -388,14 +394,35 @@ class MIDXSampler(Sampler, IndexModule):
     def _query_dim(self) -> int:
         return self.codebooks.dim
 
-    def _chunks(self, query: Tensor) -> Iterator[tuple[slice, Tensor]]:
-        """Row blocks of the queries, sized to bound the per-chunk tables."""
+    def _chunks(self, query: Tensor, elements_per_query: int) -> Iterator[tuple[slice, Tensor]]:
+        """Row blocks of the queries, sized to bound the per-chunk tables of
+        ``elements_per_query`` elements a query (:meth:`_chunk_elements`)."""
         size = self.query_chunk_size
+        if size is None:
+            size = query_chunk_rows(elements_per_query, query.device)
         if self.stage.chunk_elements is not None:
             size = min(size, max(1, self.stage.chunk_elements // self.num_items))
         for start in range(0, query.shape[0], size):
             rows = slice(start, start + size)
             yield rows, query[rows]
+
+    def _chunk_elements(self, ids_per_query: int, two_stage: bool) -> int:
+        """Elements a chunk's tables hold per query at their peak, for ``ids_per_query`` ids
+        drawn or probed a query; an upper estimate, which sizes the chunks on a GPU.
+
+        Per id about 16 (codes, scores, uniforms) plus, drawn in two stages, a row of ``K``
+        conditional weights; else the cell table's ``#cells`` masses and running sums; per
+        top-cell item 32 (positions, ids, scores, sums in int64 and float64), which leaves room
+        for top cells holding about twice their average ``t**B * N / K**B`` items.
+        """
+        num_codewords, num_books = self.codebooks.num_codewords, self.codebooks.num_codebooks
+        per_id = num_codewords + 16 if two_stage else 16
+        table = 0 if two_stage else 4 * self.num_cells
+        top_items = 0
+        if self.exact_top is not None:
+            top_cells = min(self.exact_top_codewords, num_codewords) ** num_books
+            top_items = top_cells * self.num_items // num_codewords**num_books
+        return max(1, ids_per_query * per_id + table + 32 * top_items)
 
     def _draws_in_two_stages(self, num_samples: int) -> bool:
         """Whether ``num_samples`` draws per query (0: only the normaliser) go in two stages.
