@@ -70,6 +70,7 @@ CODE_GROUPS: dict[str, tuple[str, ...]] = {
         "recsys_midx/samplers/cell_layout.py",
         "recsys_midx/samplers/draws.py",
         "recsys_midx/samplers/last_stage.py",
+        "recsys_midx/samplers/query_chunks.py",
         "recsys_midx/index",
         "recsys_midx/conf/sampler/midx.yaml",
         "recsys_midx/conf/sampler/midx_plain.yaml",
