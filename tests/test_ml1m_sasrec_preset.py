@@ -102,7 +102,7 @@ def test_the_protocol_sets_the_published_training_and_block(datamodule) -> None:
     assert (model.dim, model.num_layers, model.num_heads, model.dropout) == (64, 2, 1, 0.1)
     assert (model.residual, model.ffn_dim, model.ffn_activation) == ("normed", 64, "relu")
     assert model.position_origin == "first" and model.attention_init == "xavier"
-    assert model.attention_output_dropout is False
+    assert model.attention_output_dropout is False and model.norm_eps == 1e-8
 
 
 def test_bert4rec_takes_the_protocol_sizes_with_its_own_block(compose_config, published_file):

@@ -135,6 +135,14 @@ def test_sasrec_positions_from_the_first_item_ignore_the_amount_of_padding() -> 
     assert not torch.allclose(last(short)[:, -3:], last(padded)[:, -3:])
 
 
+@pytest.mark.parametrize("options", [{}, RECBOLE_BLOCK, dict(PMIXER_BLOCK, norm_eps=1e-8)])
+def test_sasrec_norm_eps_is_every_layernorms(options) -> None:
+    model = SASRec(num_items=50, dim=16, num_heads=2, max_len=8, **options)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(norms) == 2 * 2 + 1  # two per block, then the final or the input one
+    assert {m.eps for m in norms} == {options.get("norm_eps", 1e-5)}
+
+
 def test_sasrec_block_options_change_the_parameters_they_name() -> None:
     default = SASRec(num_items=50, dim=16, num_heads=2, max_len=8)
     recbole = SASRec(num_items=50, dim=16, num_heads=2, max_len=8, **RECBOLE_BLOCK)

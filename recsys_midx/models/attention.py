@@ -74,6 +74,7 @@ class SelfAttentionBlock(nn.Module):
         residual: what the sublayer outputs are added to (see :data:`Residual`).
         attention_output_dropout: dropout on the attention output too (pmixer's block has none
             there).
+        norm_eps: the LayerNorms' ``eps`` (pmixer's block: ``1e-8``).
 
     Example:
         >>> import torch
@@ -95,15 +96,16 @@ class SelfAttentionBlock(nn.Module):
         ffn_activation: FFNActivation,
         residual: Residual,
         attention_output_dropout: bool,
+        norm_eps: float = 1e-5,
     ) -> None:
         super().__init__()
         self.num_heads, self.pre_norm = num_heads, norm == "pre"
         self.normed_query = residual in ("normed_query", "normed")
         self.normed_ffn_residual = residual == "normed"
-        self.attn_norm = nn.LayerNorm(dim)
+        self.attn_norm = nn.LayerNorm(dim, eps=norm_eps)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
-        self.ffn_norm = nn.LayerNorm(dim)
+        self.ffn_norm = nn.LayerNorm(dim, eps=norm_eps)
         hidden_dropout = [nn.Dropout(dropout)] if ffn_dropout else []
         self.ffn = nn.Sequential(
             nn.Linear(dim, ffn_dim),

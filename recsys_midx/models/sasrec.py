@@ -57,12 +57,13 @@ class SASRec(SequenceEncoder):
         ffn_activation: ``"gelu"`` or ``"relu"`` (see :data:`FFNActivation`).
         residual: ``"input"``, ``"normed_query"`` or ``"normed"`` (see :data:`Residual`; the
             last two need ``norm="pre"``). ``norm="pre", residual="normed", ffn_dim=dim,
-            ffn_activation="relu", position_origin="first", attention_output_dropout=False``
-            is pmixer/SASRec.pytorch's block.
+            ffn_activation="relu", position_origin="first", attention_output_dropout=False,
+            norm_eps=1e-8`` is pmixer/SASRec.pytorch's block.
         separate_output_table: score items with a table of their own instead of the input
             one (:class:`~recsys_midx.models.SequenceEncoder`).
         attention_init: ``"normal"`` or ``"xavier"`` (see :data:`AttentionInit`).
         attention_output_dropout: dropout on each block's attention output too.
+        norm_eps: every LayerNorm's ``eps`` (pmixer's block: ``1e-8``).
 
     Raises:
         ValueError: if ``num_heads`` does not divide ``dim``, a size is not positive, or
@@ -97,6 +98,7 @@ class SASRec(SequenceEncoder):
         separate_output_table: bool = False,
         attention_init: AttentionInit = "normal",
         attention_output_dropout: bool = True,
+        norm_eps: float = 1e-5,
     ) -> None:
         super().__init__(num_items, dim, max_len, separate_output_table)
         ffn_dim = checked_ffn_dim(dim, num_heads, ffn_dim)
@@ -113,7 +115,7 @@ class SASRec(SequenceEncoder):
         if attention_init not in ("normal", "xavier"):
             raise ValueError(f"attention_init={attention_init!r} must be 'normal' or 'xavier'")
         self.pos_emb = nn.Embedding(max_len, dim)
-        self.input_norm = nn.LayerNorm(dim) if input_norm else nn.Identity()
+        self.input_norm = nn.LayerNorm(dim, eps=norm_eps) if input_norm else nn.Identity()
         self.emb_dropout = nn.Dropout(dropout)
         attention_dropout = dropout if attention_dropout is None else attention_dropout
         self.blocks = nn.ModuleList(
@@ -128,10 +130,11 @@ class SASRec(SequenceEncoder):
                 ffn_activation,
                 residual,
                 attention_output_dropout,
+                norm_eps,
             )
             for _ in range(num_layers)
         )
-        self.final_norm = nn.LayerNorm(dim) if norm == "pre" else nn.Identity()
+        self.final_norm = nn.LayerNorm(dim, eps=norm_eps) if norm == "pre" else nn.Identity()
         self.embedding_scale = math.sqrt(dim) if scale_embeddings else 1.0
         self.position_origin = position_origin
         self._init_normal(init_std)

@@ -1,0 +1,182 @@
+"""``model=sasrec-plus`` against SASRec+'s own SASRec: the same weights, the same sequences.
+
+Builds the SASRec of "Turning Dross Into Gold Loss" (Klenitskiy & Vasilev, RecSys 2023) from a
+checkout of its code (antklen/sasrec-bert4rec-recsys23, ``src/models.py``) and this project's
+encoder as ``protocol=sasrec-plus`` configures it, copies the first's weights into the second
+(perturbed first, so that biases and LayerNorm affines are not at their start), and compares, in
+float64 without dropout: the logits at every real position, the cross-entropy over the catalog
+and the gradient of every weight. Their inputs are right-padded with positions from the first
+item; ours are left-padded with positions counted from the first real item, so the same
+positions carry the same items. Their softmax keeps the padding row as a class (a zero row, logit
+0); the comparison scores ours over the same ``N + 1`` rows.
+
+Example:
+    python scripts/compare_sasrec_plus.py --peer-src PATH/sasrec-bert4rec-recsys23/src
+    python scripts/compare_sasrec_plus.py --peer-src PATH/src model.norm_eps=1e-5
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from torch import Tensor, nn
+
+ROOT = Path(__file__).resolve().parents[1]
+NUM_ITEMS = 3_416  # ML-1M's catalog as SASRec published it
+LENGTHS = (201, 201, 150, 37, 2, 120, 201, 80)  # windows of max_len + 1 items and shorter ones
+
+
+def peer_sasrec(peer_src: Path, config: dict) -> nn.Module:
+    """SASRec+'s SASRec from its ``models.py``; its ``transformers`` import (for its other
+    models) is stubbed when the package is missing."""
+    sys.path.insert(0, str(peer_src))
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        stub = types.ModuleType("transformers")
+        for name in ("BertConfig", "BertModel", "GPT2Config", "GPT2Model"):
+            setattr(stub, name, None)
+        sys.modules["transformers"] = stub
+    from models import SASRec  # their module
+
+    return SASRec(
+        item_num=NUM_ITEMS,
+        maxlen=config["max_len"],
+        hidden_units=config["dim"],
+        num_blocks=config["num_layers"],
+        num_heads=config["num_heads"],
+        dropout_rate=0.0,
+    )
+
+
+def our_sasrec(overrides: list[str]) -> nn.Module:
+    """The encoder ``protocol=sasrec-plus`` configures, with ``overrides``, dropout off."""
+    with initialize_config_dir(config_dir=str(ROOT / "recsys_midx" / "conf"), version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[
+                "dataset=ml-1m-sasrec",
+                "dataset.path=unused",
+                "protocol=sasrec-plus",
+                "model.dropout=0.0",
+                *overrides,
+            ],
+        )
+    return instantiate(cfg.model, num_items=NUM_ITEMS)
+
+
+@torch.no_grad()
+def copy_weights(theirs: nn.Module, ours: nn.Module) -> None:
+    """Their weights into ours: fused in-projection, output projection, 1x1 convolutions as
+    linear maps, LayerNorms and both embedding tables."""
+    ours.item_emb.weight.copy_(theirs.item_emb.weight)
+    ours.pos_emb.weight.copy_(theirs.pos_emb.weight)
+    for index, block in enumerate(ours.blocks):
+        attention, ffn = theirs.attention_layers[index], theirs.forward_layers[index]
+        block.qkv.weight.copy_(attention.in_proj_weight)
+        block.qkv.bias.copy_(attention.in_proj_bias)
+        block.out.load_state_dict(attention.out_proj.state_dict())
+        block.attn_norm.load_state_dict(theirs.attention_layernorms[index].state_dict())
+        block.ffn_norm.load_state_dict(theirs.forward_layernorms[index].state_dict())
+        for linear, conv in ((block.ffn[0], ffn.conv1), (block.ffn[-1], ffn.conv2)):
+            linear.weight.copy_(conv.weight.squeeze(-1))
+            linear.bias.copy_(conv.bias)
+    ours.final_norm.load_state_dict(theirs.last_layernorm.state_dict())
+
+
+def weight_pairs(theirs: nn.Module, ours: nn.Module) -> list[tuple[str, Tensor, Tensor]]:
+    """``(name, their weight, our weight)`` for every weight, in their layout."""
+    pairs = [
+        ("item table", theirs.item_emb.weight, ours.item_emb.weight),
+        ("positions", theirs.pos_emb.weight, ours.pos_emb.weight),
+        ("final norm", theirs.last_layernorm.weight, ours.final_norm.weight),
+    ]
+    for index, block in enumerate(ours.blocks):
+        attention, ffn = theirs.attention_layers[index], theirs.forward_layers[index]
+        pairs += [
+            (f"block {index} in-projection", attention.in_proj_weight, block.qkv.weight),
+            (f"block {index} out-projection", attention.out_proj.weight, block.out.weight),
+            (
+                f"block {index} attention norm",
+                theirs.attention_layernorms[index].weight,
+                block.attn_norm.weight,
+            ),
+            (
+                f"block {index} feed-forward norm",
+                theirs.forward_layernorms[index].weight,
+                block.ffn_norm.weight,
+            ),
+            (f"block {index} feed-forward 1", ffn.conv1.weight, block.ffn[0].weight),
+            (f"block {index} feed-forward 2", ffn.conv2.weight, block.ffn[-1].weight),
+        ]
+    return pairs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peer-src", type=Path, required=True, help="their src/ folder")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("overrides", nargs="*", help="config overrides for ours")
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    ours = our_sasrec(args.overrides).double().train()
+    config = {
+        "max_len": ours.pos_emb.num_embeddings,
+        "dim": ours.item_emb.embedding_dim,
+        "num_layers": len(ours.blocks),
+        "num_heads": ours.blocks[0].num_heads,
+    }
+    theirs = peer_sasrec(args.peer_src, config).double().train()
+    with torch.no_grad():
+        for weight in theirs.parameters():
+            weight.add_(0.05 * torch.randn_like(weight))
+        theirs.item_emb.weight[0].zero_()
+    copy_weights(theirs, ours)
+
+    length = config["max_len"]
+    generator = torch.Generator().manual_seed(args.seed + 1)
+    sequences = [torch.randint(1, NUM_ITEMS + 1, (n,), generator=generator) for n in LENGTHS]
+    right = torch.zeros(len(LENGTHS), length, dtype=torch.long)
+    right_labels = torch.full((len(LENGTHS), length), -100)
+    left = torch.zeros(len(LENGTHS), length, dtype=torch.long)
+    left_labels = torch.zeros(len(LENGTHS), length, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        inputs, labels = sequence[:-1], sequence[1:]
+        right[row, : len(inputs)], right_labels[row, : len(labels)] = inputs, labels
+        left[row, length - len(inputs) :], left_labels[row, length - len(labels) :] = inputs, labels
+
+    their_logits = theirs(right, None)
+    their_loss = F.cross_entropy(their_logits.flatten(0, 1), right_labels.flatten())
+    their_loss.backward()
+    our_logits = ours(left) @ ours.item_emb.weight.T
+    real = left_labels > 0
+    our_loss = F.cross_entropy(our_logits[real], left_labels[real])
+    our_loss.backward()
+    logit_gap = max(
+        float((their_logits[row, : n - 1] - our_logits[row, length - n + 1 :]).detach().abs().max())
+        for row, n in enumerate(LENGTHS)
+    )
+
+    print(f"torch {torch.__version__}, float64, overrides: {' '.join(args.overrides) or 'none'}\n")
+    print("| compared | theirs | ours | largest difference |")
+    print("|---|---:|---:|---:|")
+    print(f"| logits at the real positions | | | {logit_gap:.1e} |")
+    print(
+        f"| cross-entropy | {their_loss.item():.12f} | {our_loss.item():.12f} "
+        f"| {abs(their_loss.item() - our_loss.item()):.1e} |"
+    )
+    for name, their_weight, our_weight in weight_pairs(theirs, ours):
+        their_grad = their_weight.grad.reshape(our_weight.grad.shape)
+        gap = float((their_grad - our_weight.grad).norm() / their_grad.norm())
+        print(f"| gradient of the {name} (relative) | | | {gap:.1e} |")
+
+
+if __name__ == "__main__":
+    main()
