@@ -1,13 +1,13 @@
 """How many queries a sampler processes at once when the user has not said.
 
 A sampler that builds per-query tables (cell masses, top-cell layouts, draws) takes its queries
-in chunks, so that those tables stay within memory. The best chunk differs by device. On a CPU
-the work per query is the same whatever the chunk, and a chunk whose tables stay in the caches
-is the fastest: about a thousand queries (``docs/benchmarks.md``, "Query chunks"). On a GPU each
-chunk also pays fixed costs (kernel launches, the host syncs of data-dependent sizes), so the
-fewer chunks the better, as long as the tables fit: there a chunk takes a fixed share of the
-device's memory. Both rules depend only on the device's kind and size, never on the memory free
-at the time, so a seed draws the same ids on the same device whatever else it holds.
+in chunks, so that those tables stay within memory. On a CPU the work per query does not depend
+on the chunk, and small chunks keep the tables in the caches: the default is a fixed 1,024
+queries. On a GPU each chunk also pays fixed costs (kernel launches, the host syncs of
+data-dependent sizes), so a chunk there takes a share of the device's memory instead.
+``docs/benchmarks.md`` ("Query chunks") has the measurements behind both. Both rules depend
+only on the device's kind and size, never on the memory free at the time, so a seed draws the
+same ids on the same device whatever else it holds.
 """
 
 from __future__ import annotations
