@@ -72,49 +72,32 @@ def our_sasrec(overrides: list[str]) -> nn.Module:
     return instantiate(cfg.model, num_items=NUM_ITEMS)
 
 
-@torch.no_grad()
-def copy_weights(theirs: nn.Module, ours: nn.Module) -> None:
-    """Their weights into ours: fused in-projection, output projection, 1x1 convolutions as
-    linear maps, LayerNorms and both embedding tables."""
-    ours.item_emb.weight.copy_(theirs.item_emb.weight)
-    ours.pos_emb.weight.copy_(theirs.pos_emb.weight)
-    for index, block in enumerate(ours.blocks):
-        attention, ffn = theirs.attention_layers[index], theirs.forward_layers[index]
-        block.qkv.weight.copy_(attention.in_proj_weight)
-        block.qkv.bias.copy_(attention.in_proj_bias)
-        block.out.load_state_dict(attention.out_proj.state_dict())
-        block.attn_norm.load_state_dict(theirs.attention_layernorms[index].state_dict())
-        block.ffn_norm.load_state_dict(theirs.forward_layernorms[index].state_dict())
-        for linear, conv in ((block.ffn[0], ffn.conv1), (block.ffn[-1], ffn.conv2)):
-            linear.weight.copy_(conv.weight.squeeze(-1))
-            linear.bias.copy_(conv.bias)
-    ours.final_norm.load_state_dict(theirs.last_layernorm.state_dict())
-
-
 def weight_pairs(theirs: nn.Module, ours: nn.Module) -> list[tuple[str, Tensor, Tensor]]:
-    """``(name, their weight, our weight)`` for every weight, in their layout."""
+    """``(name, their parameter, our parameter)`` for every parameter: the fused in-projection,
+    the output projection, the 1x1 convolutions as linear maps (their weights have a trailing
+    kernel dimension of 1), the LayerNorms and both embedding tables."""
     pairs = [
         ("item table", theirs.item_emb.weight, ours.item_emb.weight),
         ("positions", theirs.pos_emb.weight, ours.pos_emb.weight),
-        ("final norm", theirs.last_layernorm.weight, ours.final_norm.weight),
     ]
+    modules = [("final norm", theirs.last_layernorm, ours.final_norm)]
     for index, block in enumerate(ours.blocks):
         attention, ffn = theirs.attention_layers[index], theirs.forward_layers[index]
         pairs += [
             (f"block {index} in-projection", attention.in_proj_weight, block.qkv.weight),
-            (f"block {index} out-projection", attention.out_proj.weight, block.out.weight),
-            (
-                f"block {index} attention norm",
-                theirs.attention_layernorms[index].weight,
-                block.attn_norm.weight,
-            ),
-            (
-                f"block {index} feed-forward norm",
-                theirs.forward_layernorms[index].weight,
-                block.ffn_norm.weight,
-            ),
-            (f"block {index} feed-forward 1", ffn.conv1.weight, block.ffn[0].weight),
-            (f"block {index} feed-forward 2", ffn.conv2.weight, block.ffn[-1].weight),
+            (f"block {index} in-projection bias", attention.in_proj_bias, block.qkv.bias),
+        ]
+        modules += [
+            (f"block {index} out-projection", attention.out_proj, block.out),
+            (f"block {index} attention norm", theirs.attention_layernorms[index], block.attn_norm),
+            (f"block {index} feed-forward norm", theirs.forward_layernorms[index], block.ffn_norm),
+            (f"block {index} feed-forward 1", ffn.conv1, block.ffn[0]),
+            (f"block {index} feed-forward 2", ffn.conv2, block.ffn[-1]),
+        ]
+    for name, their_module, our_module in modules:
+        pairs += [
+            (name if part == "weight" else f"{name} bias", getattr(their_module, part), mine)
+            for part, mine in our_module.named_parameters()
         ]
     return pairs
 
@@ -138,7 +121,12 @@ def main() -> None:
         for weight in theirs.parameters():
             weight.add_(0.05 * torch.randn_like(weight))
         theirs.item_emb.weight[0].zero_()
-    copy_weights(theirs, ours)
+    pairs = weight_pairs(theirs, ours)
+    mapped = {id(our_weight) for _, _, our_weight in pairs}
+    assert mapped == {id(weight) for weight in ours.parameters()}, "a parameter left unpaired"
+    with torch.no_grad():
+        for _, their_weight, our_weight in pairs:
+            our_weight.copy_(their_weight.reshape(our_weight.shape))
 
     length = config["max_len"]
     generator = torch.Generator().manual_seed(args.seed + 1)
@@ -172,7 +160,7 @@ def main() -> None:
         f"| cross-entropy | {their_loss.item():.12f} | {our_loss.item():.12f} "
         f"| {abs(their_loss.item() - our_loss.item()):.1e} |"
     )
-    for name, their_weight, our_weight in weight_pairs(theirs, ours):
+    for name, their_weight, our_weight in pairs:
         their_grad = their_weight.grad.reshape(our_weight.grad.shape)
         gap = float((their_grad - our_weight.grad).norm() / their_grad.norm())
         print(f"| gradient of the {name} (relative) | | | {gap:.1e} |")
