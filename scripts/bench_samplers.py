@@ -102,14 +102,13 @@ def sampler_factories(
     num_codewords: int,
     cell_draws: list[str],
     exact_tops: list[int],
-    query_chunk_sizes: list[int | None] | None = None,
+    query_chunk_sizes: list[int | None],
 ) -> dict[str, Callable[[int], Sampler]]:
     """Constructors ``N -> sampler`` by name; with several ``cell_draws`` each MIDX sampler
     appears once per way of drawing cells, named ``"midx (table)"`` and so on, and with several
     ``query_chunk_sizes`` once per chunk (``"midx (chunk 4096)"``; ``None``: the device's).
     Each of ``exact_tops`` adds ``"midx+topT"``: MIDX with the exact softmax over the top
     ``T**2`` cells mixed in."""
-    chunks = query_chunk_sizes or [None]
     factories: dict[str, Callable[[int], Sampler]] = {
         "uniform": lambda n: UniformSampler(n, num_negatives),
         "popularity": lambda n: PopularitySampler(n, num_negatives, alpha=0.75, smoothing=1.0),
@@ -122,9 +121,9 @@ def sampler_factories(
         **{f"midx+top{t}": {"exact_top_codewords": t} for t in exact_tops},
     }
     for name, kwargs in midx_variants.items():
-        for draw, chunk in itertools.product(cell_draws, chunks):
+        for draw, chunk in itertools.product(cell_draws, query_chunk_sizes):
             parts = [draw] if len(cell_draws) > 1 else []
-            parts += [f"chunk {chunk or 'auto'}"] if len(chunks) > 1 else []
+            parts += [f"chunk {chunk or 'auto'}"] if len(query_chunk_sizes) > 1 else []
             label = f"{name} ({', '.join(parts)})" if parts else name
             # No exact top cells but those of midx+topT.
             factories[label] = lambda n, kw=kwargs, draw=draw, chunk=chunk: MIDXSampler(
