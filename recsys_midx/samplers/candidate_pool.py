@@ -17,6 +17,7 @@ from torch import Tensor
 
 from recsys_midx.index import IndexModule
 from recsys_midx.samplers.base import Sampler, check_item_table
+from recsys_midx.samplers.query_chunks import row_chunks
 from recsys_midx.samplers.uniform import random_int62
 
 #: Cap on the elements of a chunk's gathered candidate vectors (``rows x L x D``).
@@ -119,9 +120,7 @@ class CandidatePoolSampler(Sampler, IndexModule):
         """Row blocks of the queries, sized so that ``width`` gathered item vectors per query
         stay within the cap."""
         rows_per_chunk = max(1, _CHUNK_ELEMENTS // max(1, width * self.items.shape[1]))
-        for start in range(0, query.shape[0], rows_per_chunk):
-            rows = slice(start, start + rows_per_chunk)
-            yield rows, query[rows]
+        return row_chunks(query, rows_per_chunk)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, pool_size={self.pool_size}"

@@ -291,6 +291,14 @@ class ExactTopCells(IndexModule):
         log_weight, log_rest = self._log_weights(~in_top.any(1, keepdim=True))
         return _mix(in_top, exact, log_normaliser, log_weight, log_rest, log_q_rest)
 
+    def layout_elements(self, num_items: int, num_codewords: int, num_codebooks: int) -> int:
+        """Elements per query that :meth:`prepare`'s layout holds at its peak, an upper estimate:
+        32 per top-cell item (positions, ids, scores, running sums in int64 and float64) for
+        the ``t**B * N / K**B`` items the top cells hold on average, which leaves room for top
+        cells holding about twice as many."""
+        top_cells = min(self.top_codewords, num_codewords) ** num_codebooks
+        return 32 * (top_cells * num_items // num_codewords**num_codebooks)
+
     def extra_repr(self) -> str:
         return f"top_codewords={self.top_codewords}, weight={self.weight}"
 

@@ -35,6 +35,7 @@ from torch import Tensor
 from recsys_midx.index import IndexModule
 from recsys_midx.samplers.base import Sampler, check_item_table, full_precision
 from recsys_midx.samplers.draws import inverse_cdf
+from recsys_midx.samplers.query_chunks import row_chunks
 
 #: Cap on the elements of a chunk's temporaries (block projections, gathered block items).
 _CHUNK_ELEMENTS = 1 << 22
@@ -237,6 +238,4 @@ class KernelSampler(Sampler, IndexModule):
         num_blocks, size, dim = self.blocked_items.shape
         per_query = max(num_blocks * dim, draws * size * dim)
         rows_per_chunk = max(1, _CHUNK_ELEMENTS // per_query)
-        for start in range(0, query.shape[0], rows_per_chunk):
-            rows = slice(start, start + rows_per_chunk)
-            yield rows, query[rows]
+        return row_chunks(query, rows_per_chunk)

@@ -61,7 +61,7 @@ from recsys_midx.samplers.exact_top import (
     top_codewords_for_budget,
 )
 from recsys_midx.samplers.last_stage import ExactStage, LastStage, PopularityStage, UniformStage
-from recsys_midx.samplers.query_chunks import query_chunk_rows
+from recsys_midx.samplers.query_chunks import query_chunk_rows, row_chunks
 
 log = logging.getLogger(__name__)
 
@@ -402,27 +402,23 @@ class MIDXSampler(Sampler, IndexModule):
             size = query_chunk_rows(elements_per_query, query.device)
         if self.stage.chunk_elements is not None:
             size = min(size, max(1, self.stage.chunk_elements // self.num_items))
-        for start in range(0, query.shape[0], size):
-            rows = slice(start, start + size)
-            yield rows, query[rows]
+        return row_chunks(query, size)
 
     def _chunk_elements(self, ids_per_query: int, two_stage: bool) -> int:
         """Elements a chunk's tables hold per query at their peak, for ``ids_per_query`` ids
-        drawn or probed a query; an upper estimate, which sizes the chunks on a GPU.
-
-        Per id about 16 (codes, scores, uniforms) plus, drawn in two stages, a row of ``K``
-        conditional weights; else the cell table's ``#cells`` masses and running sums; per
-        top-cell item 32 (positions, ids, scores, sums in int64 and float64), which leaves room
-        for top cells holding about twice their average ``t**B * N / K**B`` items.
-        """
-        num_codewords, num_books = self.codebooks.num_codewords, self.codebooks.num_codebooks
+        drawn or probed a query; an upper estimate, which sizes the chunks on a GPU: per id
+        about 16 (codes, scores, uniforms) plus, drawn in two stages, a row of ``K``
+        conditional weights; else the cell table's ``#cells`` masses and running sums; and the
+        exact top cells' layout (:meth:`ExactTopCells.layout_elements`)."""
+        num_codewords = self.codebooks.num_codewords
         per_id = num_codewords + 16 if two_stage else 16
         table = 0 if two_stage else 4 * self.num_cells
-        top_items = 0
+        top = 0
         if self.exact_top is not None:
-            top_cells = min(self.exact_top_codewords, num_codewords) ** num_books
-            top_items = top_cells * self.num_items // num_codewords**num_books
-        return max(1, ids_per_query * per_id + table + 32 * top_items)
+            top = self.exact_top.layout_elements(
+                self.num_items, num_codewords, self.codebooks.num_codebooks
+            )
+        return max(1, ids_per_query * per_id + table + top)
 
     def _draws_in_two_stages(self, num_samples: int) -> bool:
         """Whether ``num_samples`` draws per query (0: only the normaliser) go in two stages.
