@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from recsys_midx.samplers.base import Sampler
+from recsys_midx.samplers.query_chunks import row_chunks
 
 #: Cap on ``queries x items`` scored at once.
 _CHUNK_ELEMENTS = 1 << 22
@@ -67,8 +68,7 @@ def proposal_divergence(
     query = query.detach().float()
     rows = max(1, _CHUNK_ELEMENTS // num_items)
     kl_parts, ratio_parts, neg_entropy_parts = [], [], []
-    for start in range(0, query.shape[0], rows):
-        z = query[start : start + rows]
+    for _, z in row_chunks(query, rows):
         log_p = torch.log_softmax(z @ items.T, dim=1).double()
         log_q = sampler.catalog_log_prob(z).double()
         p = log_p.exp()

@@ -171,8 +171,7 @@ class KernelSampler(Sampler, IndexModule):
         out = torch.empty(query.shape[0], self.num_items, device=query.device)
         # Per query: N scores (padded to C * B) and the C * D block projections.
         rows_per_chunk = max(1, _CHUNK_ELEMENTS // (num_blocks * max(size, dim)))
-        for start in range(0, query.shape[0], rows_per_chunk):
-            z = query[start : start + rows_per_chunk]
+        for rows, z in row_chunks(query, rows_per_chunk):
             scores = z @ self.blocked_items.view(-1, dim).T
             kernel = self._kernel(scores).view(z.shape[0], num_blocks, size)
             kernel[:, -1, self.num_items - (num_blocks - 1) * size :] = 0.0
@@ -181,7 +180,7 @@ class KernelSampler(Sampler, IndexModule):
                 + kernel.log()
                 - kernel.sum(2, keepdim=True).log()
             )
-            out[start : start + rows_per_chunk] = log_q.view(z.shape[0], -1)[:, : self.num_items]
+            out[rows] = log_q.view(z.shape[0], -1)[:, : self.num_items]
         return out
 
     def extra_repr(self) -> str:
