@@ -25,6 +25,7 @@ CASES = [
     ("recsys_midx.samplers", "recsys_midx.losses"),
     # Catalog scoring sits below every part that scores the catalog.
     ("recsys_midx.scoring", "recsys_midx.heads"),
+    ("recsys_midx.scoring", "recsys_midx.index"),
     ("recsys_midx.scoring", "recsys_midx.losses"),
     ("recsys_midx.scoring", "recsys_midx.metrics"),
     ("recsys_midx.scoring", "recsys_midx.samplers"),

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from recsys_midx.index.kmeans import kmeans
 from recsys_midx.index.module import IndexModule
+from recsys_midx.scoring import row_chunks
 
 #: Rows encoded at once are capped so that the ``rows x (B*K)`` distance block stays ~16 MiB.
 _ENCODE_BLOCK_ELEMENTS = 1 << 22
@@ -52,11 +53,10 @@ def nearest_codeword(x: Tensor, codewords: Tensor) -> Tensor:
     sq_norms = codewords.square().sum(1)
     rows = max(1, _ENCODE_BLOCK_ELEMENTS // codewords.shape[0])
     out = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
-    for start in range(0, x.shape[0], rows):
-        block = x[start : start + rows]
+    for part, block in row_chunks(x, rows):
         # ||x||^2 is the same for every codeword, so it does not change the argmin.
         dist = torch.addmm(sq_norms, block, codewords.T, alpha=-2.0)
-        out[start : start + rows] = dist.argmin(1)
+        out[part] = dist.argmin(1)
     return out
 
 
@@ -293,9 +293,8 @@ class ResidualCodebooks(Codebooks):
         # Residuals are formed block by block: whole-table ones would be a copy of the table per
         # level. Each row's codes depend on that row alone, so the blocks change no code.
         rows = max(1, _RESIDUAL_BLOCK_ELEMENTS // x.shape[1])
-        for start in range(0, x.shape[0], rows):
-            residual = x[start : start + rows]
-            block_codes = out[start : start + rows]
+        for part, residual in row_chunks(x, rows):
+            block_codes = out[part]
             for b, codewords in enumerate(self.codewords):
                 block_codes[:, b] = nearest_codeword(residual, codewords)
                 if b + 1 < self.num_codebooks:

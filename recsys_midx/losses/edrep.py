@@ -50,7 +50,7 @@ from torch import Tensor
 from ..heads import DotHead, HeadOutput
 from ..index import IndexModule, ResidualCodebooks
 from ..samplers import Sampler
-from ..scoring import compute_dtype, lookup_rows
+from ..scoring import compute_dtype, lookup_rows, row_chunks
 from .full_softmax import check_scoring_inputs
 from .multilabel import _positive_entries
 
@@ -116,11 +116,8 @@ def cluster_statistics(items: Tensor, assignments: Tensor, num_clusters: int) ->
     centred = items - means[assignments]
     covariances = items.new_zeros(num_clusters, dim, dim)
     block = max(1, _OUTER_BLOCK_ELEMENTS // (dim * dim))
-    for start in range(0, items.shape[0], block):
-        x = centred[start : start + block]
-        covariances = covariances.index_add(
-            0, assignments[start : start + block], x[:, :, None] * x[:, None, :]
-        )
+    for part, x in row_chunks(centred, block):
+        covariances = covariances.index_add(0, assignments[part], x[:, :, None] * x[:, None, :])
     covariances = covariances / counts.clamp_min(1.0)[:, None, None]
     return ClusterStatistics(counts, means, covariances)
 

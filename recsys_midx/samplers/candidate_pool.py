@@ -17,8 +17,8 @@ from torch import Tensor
 
 from recsys_midx.index import IndexModule
 from recsys_midx.samplers.base import Sampler, check_item_table
-from recsys_midx.samplers.query_chunks import row_chunks
 from recsys_midx.samplers.uniform import random_int62
+from recsys_midx.scoring import row_chunks
 
 #: Cap on the elements of a chunk's gathered candidate vectors (``rows x L x D``).
 _CHUNK_ELEMENTS = 1 << 22

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from recsys_midx.samplers.base import Sampler
-from recsys_midx.samplers.query_chunks import row_chunks
+from recsys_midx.scoring import row_chunks
 
 #: Cap on ``queries x items`` scored at once.
 _CHUNK_ELEMENTS = 1 << 22

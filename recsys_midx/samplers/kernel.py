@@ -35,7 +35,7 @@ from torch import Tensor
 from recsys_midx.index import IndexModule
 from recsys_midx.samplers.base import Sampler, check_item_table, full_precision
 from recsys_midx.samplers.draws import inverse_cdf
-from recsys_midx.samplers.query_chunks import row_chunks
+from recsys_midx.scoring import row_chunks
 
 #: Cap on the elements of a chunk's temporaries (block projections, gathered block items).
 _CHUNK_ELEMENTS = 1 << 22

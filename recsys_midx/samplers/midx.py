@@ -61,7 +61,8 @@ from recsys_midx.samplers.exact_top import (
     top_codewords_for_budget,
 )
 from recsys_midx.samplers.last_stage import ExactStage, LastStage, PopularityStage, UniformStage
-from recsys_midx.samplers.query_chunks import query_chunk_rows, row_chunks
+from recsys_midx.samplers.query_chunks import query_chunk_rows
+from recsys_midx.scoring import row_chunks
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,4 @@
-"""Query chunks: how many queries a sampler processes at once when the user has not said, and
-the row blocks it takes them in.
+"""Query chunks: how many queries a sampler processes at once when the user has not said.
 
 A sampler that builds per-query tables (cell masses, top-cell layouts, draws) takes its queries
 in chunks, so that those tables stay within memory. On a CPU the work per query does not depend
@@ -13,10 +12,7 @@ same ids on the same device whatever else it holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import torch
-from torch import Tensor
 
 #: Queries per chunk on a CPU (and any device but CUDA).
 CPU_QUERY_CHUNK = 1024
@@ -51,16 +47,3 @@ def query_chunk_rows(elements_per_query: int, device: torch.device) -> int:
         return CPU_QUERY_CHUNK
     budget = torch.cuda.get_device_properties(device).total_memory * CUDA_MEMORY_SHARE
     return max(1, int(budget // (_ELEMENT_BYTES * elements_per_query)))
-
-
-def row_chunks(query: Tensor, rows: int) -> Iterator[tuple[slice, Tensor]]:
-    """The row blocks of ``query`` of ``rows`` rows each (the last one shorter), with their
-    slices.
-
-    Example:
-        >>> [block.shape[0] for _, block in row_chunks(torch.zeros(5, 2), 2)]
-        [2, 2, 1]
-    """
-    for start in range(0, query.shape[0], rows):
-        block = slice(start, start + rows)
-        yield block, query[block]

@@ -5,9 +5,10 @@ forward and backward (:func:`catalog_logsumexp` for the dot product, :func:`head
 a head's transformed scores and mixture components); the mixtures of softmaxes
 (:func:`as_components`, :func:`mixture_log_prob`, :func:`catalog_scores`); and a head's model
 over the catalog (:func:`ranking_queries` for evaluation and inference, :func:`log_probs` for
-the diagnostics); and the row lookups of a table whose gradient may be sparse
-(:func:`lookup_rows`). The objectives, the metrics, the Lightning modules and the analysis build
-on it; it imports nothing else of the toolkit, so any of them loads it without the others.
+the diagnostics); the row lookups of a table whose gradient may be sparse (:func:`lookup_rows`);
+and the row blocks that bound a computation's memory (:func:`row_chunks`). The objectives, the
+metrics, the samplers, the index, the Lightning modules and the analysis build on it; it imports
+nothing else of the toolkit, so any of them loads it without the others.
 """
 
 from .head_model import log_probs, ranking_queries
@@ -19,7 +20,7 @@ from .logsumexp import (
     softmax_weights_,
 )
 from .mixtures import as_components, catalog_scores, check_mixture, mixture_log_prob
-from .rows import has_sparse_rows, lookup_rows, mark_sparse_rows
+from .rows import has_sparse_rows, lookup_rows, mark_sparse_rows, row_chunks
 
 __all__ = [
     "Transform",
@@ -35,5 +36,6 @@ __all__ = [
     "mark_sparse_rows",
     "mixture_log_prob",
     "ranking_queries",
+    "row_chunks",
     "softmax_weights_",
 ]

@@ -1,12 +1,17 @@
-"""Row lookups of an item table whose gradient may be sparse.
+"""Row lookups of an item table whose gradient may be sparse, and row blocks of a tensor.
 
 A sampled step reads a few rows of the table; with a sparse table optimizer the table's gradient
 must hold only those rows, which every lookup of the step then has to produce as a sparse
 gradient (a dense and a sparse gradient of one table add up to a dense one). The table carries
 that choice itself, so every reader of it (the encoder's input lookup, the losses) agrees.
+
+Work whose temporaries grow with the rows (queries, items) takes them in blocks
+(:func:`row_chunks`), so that memory stays bounded whatever the batch or catalog.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -43,3 +48,16 @@ def lookup_rows(table: Tensor, ids: Tensor) -> Tensor:
         (True, [[1, 3]])
     """
     return F.embedding(ids, table, sparse=has_sparse_rows(table))
+
+
+def row_chunks(rows: Tensor, size: int) -> Iterator[tuple[slice, Tensor]]:
+    """The blocks of ``size`` rows of ``rows`` (the last one shorter), with their slices.
+
+    Example:
+        >>> import torch
+        >>> [(part.start, block.shape[0]) for part, block in row_chunks(torch.zeros(5, 2), 2)]
+        [(0, 2), (2, 2), (4, 1)]
+    """
+    for start in range(0, rows.shape[0], size):
+        part = slice(start, start + size)
+        yield part, rows[part]
