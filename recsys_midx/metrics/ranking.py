@@ -24,7 +24,7 @@ import torch
 import torchmetrics
 from torch import Tensor
 
-from recsys_midx.scoring import catalog_scores, check_mixture
+from recsys_midx.scoring import catalog_chunks, catalog_scores, check_mixture
 
 __all__ = [
     "RankingMetrics",
@@ -179,10 +179,9 @@ def target_ranks(
     nan_target = torch.zeros(num_queries, dtype=torch.bool, device=device)
     diagonal = torch.arange(num_queries, device=device)
 
-    for first in range(1, num_items + 1, chunk_size):
-        last = min(first + chunk_size, num_items + 1)
-        width = last - first
-        vectors = torch.cat((item_emb[first:last], target_vecs))
+    for first, items in catalog_chunks(item_emb, chunk_size):
+        width = items.shape[0]
+        vectors = torch.cat((items, target_vecs))
         vectors = vectors.to(device=device, dtype=torch.float32)
         scores = catalog_scores(query, vectors, log_weights)  # [B, width + B]
         target_score = scores[diagonal, width + diagonal].unsqueeze(1)

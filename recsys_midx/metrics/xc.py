@@ -28,7 +28,7 @@ import torch
 import torchmetrics
 from torch import Tensor
 
-from recsys_midx.scoring import catalog_scores, check_mixture
+from recsys_midx.scoring import catalog_chunks, catalog_scores, check_mixture
 
 __all__ = ["XCMetrics", "inverse_propensities", "top_labels", "xc_metric_names", "xc_metrics"]
 
@@ -152,8 +152,8 @@ def top_labels(
     device = query.device
     best_scores = query.new_full((query.shape[0], 0), float("-inf"))
     best_ids = torch.zeros((query.shape[0], 0), dtype=torch.long, device=device)
-    for first in range(1, num_labels + 1, chunk_size):
-        chunk = item_emb[first : first + chunk_size].to(device=device, dtype=torch.float32)
+    for first, labels in catalog_chunks(item_emb, chunk_size):
+        chunk = labels.to(device=device, dtype=torch.float32)
         scores = catalog_scores(query, chunk, log_weights).nan_to_num_(nan=float("-inf"))
         chunk_scores, chunk_ids = scores.topk(min(k, scores.shape[1]), dim=1)
         merged_scores = torch.cat((best_scores, chunk_scores), dim=1)

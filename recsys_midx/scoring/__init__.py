@@ -6,9 +6,10 @@ a head's transformed scores and mixture components); the mixtures of softmaxes
 (:func:`as_components`, :func:`mixture_log_prob`, :func:`catalog_scores`); and a head's model
 over the catalog (:func:`ranking_queries` for evaluation and inference, :func:`log_probs` for
 the diagnostics); the row lookups of a table whose gradient may be sparse (:func:`lookup_rows`);
-and the row blocks that bound a computation's memory (:func:`row_chunks`). The objectives, the
-metrics, the samplers, the index, the Lightning modules and the analysis build on it; it imports
-nothing else of the toolkit, so any of them loads it without the others.
+and the row blocks that bound a computation's memory (:func:`row_chunks`, and
+:func:`catalog_chunks` for a table's items). The objectives, the metrics, the samplers, the index,
+the Lightning modules and the analysis build on it; it imports nothing else of the toolkit, so
+any of them loads it without the others.
 """
 
 from .head_model import log_probs, ranking_queries
@@ -20,11 +21,12 @@ from .logsumexp import (
     softmax_weights_,
 )
 from .mixtures import as_components, catalog_scores, check_mixture, mixture_log_prob
-from .rows import has_sparse_rows, lookup_rows, mark_sparse_rows, row_chunks
+from .rows import catalog_chunks, has_sparse_rows, lookup_rows, mark_sparse_rows, row_chunks
 
 __all__ = [
     "Transform",
     "as_components",
+    "catalog_chunks",
     "catalog_logsumexp",
     "catalog_scores",
     "check_mixture",

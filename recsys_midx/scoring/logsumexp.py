@@ -12,6 +12,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from .mixtures import as_components
+from .rows import catalog_chunks
 
 #: A pointwise transform of scaled scores (a head's ``transform``).
 Transform = Callable[[Tensor], Tensor]
@@ -34,11 +35,6 @@ def compute_dtype(query: Tensor, item_emb: Tensor) -> torch.dtype:
         torch.float32
     """
     return torch.promote_types(torch.promote_types(query.dtype, item_emb.dtype), torch.float32)
-
-
-def _item_chunks(num_items: int, chunk_size: int) -> range:
-    """Start rows of the item chunks; the real items are rows ``1..N`` of the table."""
-    return range(1, num_items + 1, chunk_size)
 
 
 #: Scores per block on CPU. A block that outgrows the caches makes the elementwise passes over it
@@ -124,8 +120,8 @@ class _ChunkedLogSumExp(torch.autograd.Function):
                 return lse
             chunk_size = items_per_chunk(chunk_size, query.shape[0], query.device)
             lse = query.new_full((query.shape[0],), float("-inf"))
-            for start in _item_chunks(num_items, chunk_size):
-                logits = query @ item_emb[start : start + chunk_size].T
+            for _, items in catalog_chunks(item_emb, chunk_size):
+                logits = query @ items.T
                 lse = torch.logaddexp(lse, _logsumexp_rows_(logits))
         ctx.save_for_backward(query, item_emb, lse)
         ctx.chunk_size = chunk_size
@@ -148,14 +144,13 @@ class _ChunkedLogSumExp(torch.autograd.Function):
                 grad_query = grad_lse[:, None] * (weights @ item_emb[1:]) if need_query else None
                 return grad_query, grad_items, None
             grad_query = torch.zeros_like(query) if need_query else None
-            for start in _item_chunks(item_emb.shape[0] - 1, ctx.chunk_size):
-                items = item_emb[start : start + ctx.chunk_size]
+            for start, items in catalog_chunks(item_emb, ctx.chunk_size):
                 # d lse / d logits = softmax; times the incoming gradient, d loss / d logits.
                 grad_logits = (query @ items.T).sub_(lse[:, None]).exp_().mul_(grad_lse[:, None])
                 if grad_query is not None:
                     grad_query.addmm_(grad_logits, items)
                 if grad_items is not None:
-                    grad_items[start : start + ctx.chunk_size] = grad_logits.T @ query
+                    grad_items[start : start + items.shape[0]] = grad_logits.T @ query
         return grad_query, grad_items, None
 
 
@@ -238,8 +233,8 @@ def head_logsumexp(
         max(1, chunk_size // queries.shape[1]), queries.shape[0] * queries.shape[1], queries.device
     )
     parts = []
-    for start in _item_chunks(item_emb.shape[0] - 1, step):
-        items = item_emb[start : start + step].to(device=queries.device, dtype=dtype)
+    for _, items in catalog_chunks(item_emb, step):
+        items = items.to(device=queries.device, dtype=dtype)
         if torch.is_grad_enabled():
             parts.append(
                 checkpoint(

@@ -6,7 +6,8 @@ gradient (a dense and a sparse gradient of one table add up to a dense one). The
 that choice itself, so every reader of it (the encoder's input lookup, the losses) agrees.
 
 Work whose temporaries grow with the rows (queries, items) takes them in blocks
-(:func:`row_chunks`), so that memory stays bounded whatever the batch or catalog.
+(:func:`row_chunks`, and :func:`catalog_chunks` for a table's real items), so that memory stays
+bounded whatever the batch or catalog.
 """
 
 from __future__ import annotations
@@ -61,3 +62,16 @@ def row_chunks(rows: Tensor, size: int) -> Iterator[tuple[slice, Tensor]]:
     for start in range(0, rows.shape[0], size):
         part = slice(start, start + size)
         yield part, rows[part]
+
+
+def catalog_chunks(item_emb: Tensor, size: int) -> Iterator[tuple[int, Tensor]]:
+    """The blocks of ``size`` real items of a ``[N+1, D]`` table (rows ``1..N``, after the
+    padding row), each with the id of its first item.
+
+    Example:
+        >>> import torch
+        >>> [(first, block.shape[0]) for first, block in catalog_chunks(torch.zeros(6, 2), 2)]
+        [(1, 2), (3, 2), (5, 1)]
+    """
+    for start in range(1, item_emb.shape[0], size):
+        yield start, item_emb[start : start + size]
