@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -12,7 +13,13 @@ from recsys_midx.app.experiment import train
 from recsys_midx.app.preflight import check_loss_negatives
 from recsys_midx.errors import ConfigError
 from recsys_midx.heads import DotHead
-from recsys_midx.losses import BCELoss, GBCELoss, binary_cross_entropy_loss, gbce_beta
+from recsys_midx.losses import (
+    BCELoss,
+    GBCELoss,
+    binary_cross_entropy_loss,
+    gbce_beta,
+    prior_score,
+)
 from recsys_midx.samplers import FullSampler, UniformSampler
 
 
@@ -26,20 +33,20 @@ def _case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return query, item_emb, targets, neg_ids
 
 
-@pytest.mark.parametrize("weight", [1.0, 0.3])
-def test_value_and_gradient_match_a_float64_derivation(weight: float) -> None:
+@pytest.mark.parametrize(("weight", "offset"), [(1.0, 0.0), (0.3, 0.0), (0.3, -1.7)])
+def test_value_and_gradient_match_a_float64_derivation(weight: float, offset: float) -> None:
     query, item_emb, targets, neg_ids = _case()
-    loss = binary_cross_entropy_loss(query, item_emb, targets, neg_ids, weight)
+    loss = binary_cross_entropy_loss(query, item_emb, targets, neg_ids, weight, score_offset=offset)
     expected, grad = [], torch.zeros_like(query)
     for row in range(3):
         z, positive = query[row].detach(), item_emb[targets[row]].detach()
-        p = torch.sigmoid(z @ positive)
+        p = torch.sigmoid(z @ positive + offset)
         value = -weight * torch.log(p)
         grad[row] -= weight * (1 - p) * positive
         for item in neg_ids[row].tolist():
             if item == targets[row]:
                 continue
-            n = torch.sigmoid(z @ item_emb[item].detach())
+            n = torch.sigmoid(z @ item_emb[item].detach() + offset)
             value = value - torch.log(1 - n)
             grad[row] += n * item_emb[item].detach()
         expected.append(value)
@@ -72,8 +79,31 @@ def test_gbce_weighs_the_positive_by_beta() -> None:
     torch.manual_seed(1)
     drawn = sampler.sample(output.queries)[0]
     beta = gbce_beta(0.5, 4, 20)
-    expected = binary_cross_entropy_loss(output.queries, item_emb, targets, drawn, beta).mean()
+    expected = binary_cross_entropy_loss(
+        output.queries, item_emb, targets, drawn, beta, score_offset=math.log(beta / 4)
+    ).mean()
     torch.testing.assert_close(gbce, expected)
+
+
+@pytest.mark.parametrize("loss", [BCELoss(), GBCELoss(0.75)])
+def test_the_prior_offset_makes_zero_scores_the_best_constant(loss: BCELoss) -> None:
+    # Every score equal to c: the loss is w softplus(-(c + b)) + M softplus(c + b), flat at c = 0
+    # exactly when b = log(w / M); without the offset its slope there is (M - w) / 2. The few
+    # accidental hits (drawn targets, left out) move either slope by less than 0.1 here.
+    sampler = UniformSampler(3416, 256)
+    weight = loss.positive_weight(sampler)
+    assert prior_score(weight, 256) == pytest.approx(math.log(weight / 256))
+    targets = torch.arange(1, 9)
+    item_emb = torch.ones(3417, 1, dtype=torch.float64)
+    slopes = []
+    for offset in (True, False):
+        loss.prior_offset = offset
+        shift = torch.zeros(8, 1, dtype=torch.float64, requires_grad=True)
+        torch.manual_seed(0)
+        value = loss(DotHead()(shift), targets, item_emb, sampler)  # scores: the shift
+        slopes.append(torch.autograd.grad(value, shift)[0].sum().item())
+    assert abs(slopes[0]) < 0.1
+    assert slopes[1] == pytest.approx((256 - weight) / 2, abs=0.1)
 
 
 def test_gbce_is_binary_cross_entropy_with_the_positive_probability_raised_to_beta() -> None:

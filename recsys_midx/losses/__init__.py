@@ -2,7 +2,7 @@
 several positives per query; binary cross-entropy (BCE, gBCE) on sampled negatives; Scalable
 Cross-Entropy."""
 
-from .bce import BCELoss, binary_cross_entropy_loss
+from .bce import BCELoss, binary_cross_entropy_loss, prior_score
 from .edrep import EDRepLoss
 from .full_softmax import full_softmax_loss, head_full_softmax_loss
 from .gbce import GBCELoss, gbce_beta
@@ -47,6 +47,7 @@ __all__ = [
     "multilabel_head_full_softmax_loss",
     "multilabel_head_sampled_softmax_loss",
     "multilabel_sampled_softmax_loss",
+    "prior_score",
     "sampled_softmax_loss",
     "window_hits",
     "window_softmax_loss",

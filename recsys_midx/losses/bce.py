@@ -3,10 +3,18 @@ every item scored on its own through a sigmoid (SASRec's original objective).
 
 No normaliser is estimated, so the proposal's ``log q`` plays no part: the negatives are
 whatever the sampler draws, per query or shared by the batch.
+
+A dot product has no bias, so a model whose scores start near zero gives every item the
+probability 1/2 and spends its first steps pushing every score down; with hundreds of negatives
+per positive that push, far larger than any item's own signal, turns the encoder's query into one
+vector for every sequence, and training stays at the popularity ranking. The prior offset
+(:func:`prior_score`, added to every score inside the loss, as a classifier's output bias is
+started at the class prior) makes a zero score the best constant prediction instead.
 """
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
@@ -28,6 +36,17 @@ from .sampled_softmax import check_excluded, score_negatives
 from .window_exclusion import batch_sequences, window_hits
 
 
+def prior_score(positive_weight: float, num_negatives: int) -> float:
+    """``log(w / M)``: the constant score that minimises ``w softplus(-s) + M softplus(s)``, the
+    loss of a positive with weight ``w`` and its ``M`` negatives all scored ``s``.
+
+    Example:
+        >>> round(prior_score(1.0, 256), 4)  # sigmoid(offset) = 1 / (M + 1)
+        -5.5452
+    """
+    return math.log(positive_weight / num_negatives)
+
+
 @without_autocast
 def binary_cross_entropy_loss(
     query: Tensor,
@@ -36,9 +55,10 @@ def binary_cross_entropy_loss(
     neg_ids: Tensor,
     positive_weight: float = 1.0,
     excluded: Tensor | None = None,
+    score_offset: float = 0.0,
 ) -> Tensor:
     """Per-query ``w * softplus(-s(p)) + sum_j softplus(s(n_j))``: ``-w log sigmoid(s(p)) -
-    sum_j log(1 - sigmoid(s(n_j)))``.
+    sum_j log(1 - sigmoid(s(n_j)))``, with ``s = z . v + score_offset``.
 
     Negatives equal to the query's own target (accidental hits) are left out: they would push
     the positive down. Computed in float32 (float64 inputs stay float64).
@@ -51,6 +71,8 @@ def binary_cross_entropy_loss(
         positive_weight: ``w``, the positive term's weight (gBCE's ``beta``; 1 for plain BCE).
         excluded: ``[Q, M]`` true at negatives left out besides the accidental hits
             (``loss.exclude_window``); ``None``: none.
+        score_offset: a constant added to every score (:func:`prior_score`); it moves no
+            ranking.
 
     Returns:
         ``[Q]`` losses.
@@ -84,6 +106,8 @@ def binary_cross_entropy_loss(
         target_emb, neg_emb = gather_rows(item_emb, [targets, neg_ids], dtype)
         positive = (query * target_emb).sum(dim=-1)
         negative = score_negatives(query, neg_emb)
+    if score_offset:
+        positive, negative = positive + score_offset, negative + score_offset
     negative = F.softplus(negative)
     masked = neg_ids == targets[:, None]
     if excluded is not None:
@@ -107,6 +131,11 @@ class BCELoss(torch.nn.Module):
             sequence (:mod:`~recsys_midx.losses.window_exclusion`), as SASRec's own training
             draws them from outside the user's items: the loss is then called with the batch's
             ``windows`` and query ``positions`` (``per_sequence``).
+        prior_offset: add :func:`prior_score` of the positive's weight and
+            ``sampler.num_negatives`` to every score, so that scores near zero are the best
+            constant prediction (0 with one negative and weight 1). The model's own scores,
+            which rankings use, leave it out; their calibrated probability is
+            ``sigmoid(s + offset)``.
 
     Raises:
         ValueError: when called with an exhaustive sampler (``sampler=full``): it draws no
@@ -130,10 +159,16 @@ class BCELoss(torch.nn.Module):
     #: Called with the batch's training sequences (set per instance by ``exclude_window``).
     per_sequence: bool = False
 
-    def __init__(self, shared_negatives: bool = False, exclude_window: bool = False) -> None:
+    def __init__(
+        self,
+        shared_negatives: bool = False,
+        exclude_window: bool = False,
+        prior_offset: bool = True,
+    ) -> None:
         super().__init__()
         self.shared_negatives = bool(shared_negatives)
         self.exclude_window = self.per_sequence = bool(exclude_window)
+        self.prior_offset = bool(prior_offset)
 
     def positive_weight(self, sampler: Sampler) -> float:
         """The weight of the positive term: 1 for plain binary cross-entropy."""
@@ -161,9 +196,13 @@ class BCELoss(torch.nn.Module):
         negatives = draw(sampler, output.queries, targets, True)
         excluded = None if sequences is None else window_hits(negatives.ids, sequences)
         weight = self.positive_weight(sampler)
+        offset = prior_score(weight, sampler.num_negatives) if self.prior_offset else 0.0
         return binary_cross_entropy_loss(
-            output.queries, item_emb, targets, negatives.ids, weight, excluded
+            output.queries, item_emb, targets, negatives.ids, weight, excluded, offset
         ).mean()
 
     def extra_repr(self) -> str:
-        return f"shared_negatives={self.shared_negatives}, exclude_window={self.exclude_window}"
+        return (
+            f"shared_negatives={self.shared_negatives}, exclude_window={self.exclude_window}, "
+            f"prior_offset={self.prior_offset}"
+        )

@@ -45,6 +45,7 @@ class GBCELoss(BCELoss):
         shared_negatives: draw one set of negatives for the whole batch (see :class:`BCELoss`).
         exclude_window: leave out negatives from the query's training sequence (see
             :class:`BCELoss`); ``beta`` keeps the catalog's sampling rate.
+        prior_offset: add ``log(beta / num_negatives)`` to every score (see :class:`BCELoss`).
 
     Raises:
         ValueError: if ``calibration`` is outside ``[0, 1]``.
@@ -66,8 +67,9 @@ class GBCELoss(BCELoss):
         calibration: float = 0.75,
         shared_negatives: bool = False,
         exclude_window: bool = False,
+        prior_offset: bool = True,
     ) -> None:
-        super().__init__(shared_negatives, exclude_window)
+        super().__init__(shared_negatives, exclude_window, prior_offset)
         if not 0.0 <= calibration <= 1.0:
             raise ValueError(f"calibration={calibration} must be in [0, 1]")
         self.calibration = float(calibration)
