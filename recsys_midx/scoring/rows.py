@@ -73,5 +73,5 @@ def catalog_chunks(item_emb: Tensor, size: int) -> Iterator[tuple[int, Tensor]]:
         >>> [(first, block.shape[0]) for first, block in catalog_chunks(torch.zeros(6, 2), 2)]
         [(1, 2), (3, 2), (5, 1)]
     """
-    for start in range(1, item_emb.shape[0], size):
-        yield start, item_emb[start : start + size]
+    for part, block in row_chunks(item_emb[1:], size):
+        yield part.start + 1, block
