@@ -337,8 +337,10 @@ def _scores_at(z: Tensor, items: Tensor, query_offsets: Tensor, positions: Tenso
     row in place, where gathering the rows and repeating the query copies both.
     """
     with warnings.catch_warnings():
-        # torch warns once per process that sparse CSR tensors are a beta feature.
+        # torch warns once per process that sparse CSR tensors are a beta feature and, in some
+        # versions (2.11), that invariant checks are off even when check_invariants says so.
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
         pattern = torch.sparse_csr_tensor(
             query_offsets,
             positions,
