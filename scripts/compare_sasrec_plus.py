@@ -152,7 +152,23 @@ def main() -> None:
         for row, n in enumerate(LENGTHS)
     )
 
-    print(f"torch {torch.__version__}, float64, overrides: {' '.join(args.overrides) or 'none'}\n")
+    gradients = [
+        (name, their_weight.grad.reshape(our_weight.grad.shape), our_weight.grad)
+        for name, their_weight, our_weight in pairs
+    ]
+    print_report(args.overrides, logit_gap, their_loss, our_loss, gradients)
+
+
+def print_report(
+    overrides: list[str],
+    logit_gap: float,
+    their_loss: Tensor,
+    our_loss: Tensor,
+    gradients: list[tuple[str, Tensor, Tensor]],
+) -> None:
+    """The comparison as a Markdown table: the largest logit difference, both losses and each
+    weight's relative gradient difference (``gradients``: ``(name, theirs, ours)``, ours' shape)."""
+    print(f"torch {torch.__version__}, float64, overrides: {' '.join(overrides) or 'none'}\n")
     print("| compared | theirs | ours | largest difference |")
     print("|---|---:|---:|---:|")
     print(f"| logits at the real positions | | | {logit_gap:.1e} |")
@@ -160,9 +176,8 @@ def main() -> None:
         f"| cross-entropy | {their_loss.item():.12f} | {our_loss.item():.12f} "
         f"| {abs(their_loss.item() - our_loss.item()):.1e} |"
     )
-    for name, their_weight, our_weight in pairs:
-        their_grad = their_weight.grad.reshape(our_weight.grad.shape)
-        gap = float((their_grad - our_weight.grad).norm() / their_grad.norm())
+    for name, their_grad, our_grad in gradients:
+        gap = float((their_grad - our_grad).norm() / their_grad.norm())
         print(f"| gradient of the {name} (relative) | | | {gap:.1e} |")
 
 

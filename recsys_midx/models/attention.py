@@ -75,6 +75,9 @@ class SelfAttentionBlock(nn.Module):
         attention_output_dropout: dropout on the attention output too (pmixer's block has none
             there).
         norm_eps: the LayerNorms' ``eps`` (pmixer's block: ``1e-8``).
+        output_projection: a linear map on the concatenated heads before the residual sum, as
+            ``torch.nn.MultiheadAttention`` has; without it the heads' output is added as it is,
+            as in SASRec's and gSASRec's own code.
 
     Example:
         >>> import torch
@@ -97,6 +100,7 @@ class SelfAttentionBlock(nn.Module):
         residual: Residual,
         attention_output_dropout: bool,
         norm_eps: float = 1e-5,
+        output_projection: bool = True,
     ) -> None:
         super().__init__()
         self.num_heads, self.pre_norm = num_heads, norm == "pre"
@@ -104,7 +108,7 @@ class SelfAttentionBlock(nn.Module):
         self.normed_ffn_residual = residual == "normed"
         self.attn_norm = nn.LayerNorm(dim, eps=norm_eps)
         self.qkv = nn.Linear(dim, 3 * dim)
-        self.out = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, dim) if output_projection else nn.Identity()
         self.ffn_norm = nn.LayerNorm(dim, eps=norm_eps)
         hidden_dropout = [nn.Dropout(dropout)] if ffn_dropout else []
         self.ffn = nn.Sequential(

@@ -22,10 +22,11 @@ from recsys_midx.models.base import SequenceEncoder
 #: Which item gets position 0: the last input item (``last``: a query's own position is always
 #: the same) or the first real item of the sequence (``first``: positions count its history).
 PositionOrigin = Literal["last", "first"]
-#: How the attention in-projection (queries, keys and values) starts: normal with ``init_std``
-#: like every other weight (``normal``), or Xavier-uniform over the fused ``[3D, D]`` matrix
-#: (``xavier``), as ``torch.nn.MultiheadAttention`` starts it, which pmixer/SASRec.pytorch's
-#: block and the SASRec+ code keep.
+#: How the attention in-projection (queries, keys and values) starts: like every other weight
+#: (``normal``: normal with ``init_std``, or PyTorch's default where that is ``None``), or
+#: Xavier-uniform over the fused ``[3D, D]`` matrix (``xavier``), as
+#: ``torch.nn.MultiheadAttention`` starts it, which pmixer/SASRec.pytorch's block and the SASRec+
+#: code keep.
 AttentionInit = Literal["normal", "xavier"]
 
 
@@ -46,7 +47,9 @@ class SASRec(SequenceEncoder):
         dropout: dropout on embeddings, feed-forward outputs, (``attention_output_dropout``)
             attention outputs and (``ffn_dropout``) the feed-forward network's hidden layer.
         max_len: longest input sequence.
-        init_std: standard deviation of the normal weight initialisation.
+        init_std: standard deviation of the normal weight initialisation; ``None`` keeps
+            PyTorch's default start instead (embeddings N(0, 1), linear weights and biases
+            uniform within ``1/sqrt(fan_in)``), as gSASRec's code does.
         attention_dropout: dropout on attention probabilities (``None``: ``dropout``).
         norm: LayerNorm placement, ``"pre"`` or ``"post"`` (see :data:`NormPlacement`).
         input_norm: a LayerNorm on the summed item and position embeddings.
@@ -64,6 +67,9 @@ class SASRec(SequenceEncoder):
         attention_init: ``"normal"`` or ``"xavier"`` (see :data:`AttentionInit`).
         attention_output_dropout: dropout on each block's attention output too.
         norm_eps: every LayerNorm's ``eps`` (pmixer's block: ``1e-8``).
+        attention_output_projection: each block's linear map on the attention output
+            (:class:`~recsys_midx.models.attention.SelfAttentionBlock`); gSASRec's block has
+            none.
 
     Raises:
         ValueError: if ``num_heads`` does not divide ``dim``, a size is not positive, or
@@ -85,7 +91,7 @@ class SASRec(SequenceEncoder):
         num_heads: int = 2,
         dropout: float = 0.2,
         max_len: int = 50,
-        init_std: float = 0.02,
+        init_std: float | None = 0.02,
         attention_dropout: float | None = None,
         norm: NormPlacement = "pre",
         input_norm: bool = False,
@@ -99,6 +105,7 @@ class SASRec(SequenceEncoder):
         attention_init: AttentionInit = "normal",
         attention_output_dropout: bool = True,
         norm_eps: float = 1e-5,
+        attention_output_projection: bool = True,
     ) -> None:
         super().__init__(num_items, dim, max_len, separate_output_table)
         ffn_dim = checked_ffn_dim(dim, num_heads, ffn_dim)
@@ -131,13 +138,15 @@ class SASRec(SequenceEncoder):
                 residual,
                 attention_output_dropout,
                 norm_eps,
+                attention_output_projection,
             )
             for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(dim, eps=norm_eps) if norm == "pre" else nn.Identity()
         self.embedding_scale = math.sqrt(dim) if scale_embeddings else 1.0
         self.position_origin = position_origin
-        self._init_normal(init_std)
+        if init_std is not None:
+            self._init_normal(init_std)
         if attention_init == "xavier":
             for block in self.blocks:
                 nn.init.xavier_uniform_(block.qkv.weight)
