@@ -128,3 +128,21 @@ def test_gsasrec_setting_widens_the_block_and_trains_a_separate_output_table(
     assert cfg.model.ffn_dim == 128  # the feed-forward follows the embedding size
     results = train(cfg)
     assert all(0.0 <= value <= 1.0 for value in results["metrics"].values())
+
+
+def test_gsasrec_model_is_gsasrecs_block_and_start(compose_config, published_file) -> None:
+    cfg = compose_config(
+        ["dataset=ml-1m-sasrec", f"dataset.path={published_file}", "protocol=sasrec-plus"]
+        + ["model=gsasrec", "model.dim=128", "model.dropout=0.5"]
+        + ["loss=gbce", "loss.calibration=0.75", "sampler=uniform", "sampler.num_negatives=4"]
+        + list(FEW_STEPS)
+    )
+    torch.manual_seed(0)
+    model = instantiate(cfg.model, num_items=6)
+    assert (model.dim, len(model.blocks), model.blocks[0].num_heads) == (128, 2, 1)
+    assert model.output_emb is not None and model.embedding_scale == 1.0
+    assert model.position_origin == "last" and model.blocks[0].attn_norm.eps == 1e-5
+    assert not [name for name, _ in model.named_parameters() if ".out." in name]
+    assert float(model.pos_emb.weight.std()) > 0.5  # PyTorch's N(0, 1), not N(0, 0.02)
+    results = train(cfg)
+    assert all(0.0 <= value <= 1.0 for value in results["metrics"].values())

@@ -241,6 +241,37 @@ def test_sasrec_xavier_attention_init_redraws_the_in_projection_only() -> None:
             assert torch.equal(param, xavier_params[name]), name
 
 
+def test_sasrec_without_output_projection_adds_the_heads_output_as_it_is() -> None:
+    torch.manual_seed(0)
+    options = dict(PMIXER_BLOCK, num_items=50, dim=16, num_heads=1, max_len=8, dropout=0.0)
+    bare = SASRec(**options, attention_output_projection=False).eval()
+    assert not [name for name in dict(bare.named_parameters()) if ".out." in name]
+    projected = SASRec(**options).eval()
+    seq = torch.tensor([[0, 0, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 9]])
+    projected.load_state_dict(bare.state_dict(), strict=False)
+    assert not torch.allclose(projected(seq), bare(seq))  # a drawn projection changes the output
+    with torch.no_grad():
+        for block in projected.blocks:
+            block.out.weight.copy_(torch.eye(16))
+            block.out.bias.zero_()
+    torch.testing.assert_close(projected(seq), bare(seq))  # an identity one does not
+
+
+def test_sasrec_without_init_std_keeps_pytorchs_default_start() -> None:
+    torch.manual_seed(0)
+    model = SASRec(num_items=4000, dim=64, num_heads=1, max_len=200, init_std=None)
+    rows = model.item_emb.weight[1:]
+    assert abs(float(rows.std()) - 1.0) < 0.02 and abs(float(model.pos_emb.weight.std()) - 1) < 0.02
+    assert torch.count_nonzero(model.item_emb.weight[0]) == 0  # padding stays zero
+    for layer in (model.blocks[0].qkv, model.blocks[0].ffn[0], model.blocks[0].out):
+        bound = layer.in_features**-0.5  # uniform within 1/sqrt(fan_in), biases too
+        for weight in (layer.weight, layer.bias):
+            assert weight.abs().max() <= bound and weight.std() > 0.5 * bound / 3**0.5
+    small = SASRec(num_items=4000, dim=64, num_heads=1, max_len=200)
+    assert abs(float(small.item_emb.weight[1:].std()) - 0.02) < 0.001
+    assert torch.count_nonzero(small.blocks[0].qkv.bias) == 0
+
+
 @pytest.mark.parametrize(
     "setting", ["norm", "position_origin", "ffn_activation", "residual", "attention_init"]
 )
