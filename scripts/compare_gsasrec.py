@@ -17,14 +17,23 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from compare_sasrec_plus import LENGTHS, NUM_ITEMS, our_sasrec, print_report
+from compare_sasrec_plus import (
+    LENGTHS,
+    NUM_ITEMS,
+    Pair,
+    copy_weights,
+    module_pairs,
+    paired_gradients,
+    paired_models,
+    parse_args,
+    print_report,
+    same,
+)
 from torch import Tensor, nn
 
 #: gSASRec's ML-1M sizes (its ``config_ml1m.py``), given to ours on top of the protocol's.
@@ -46,11 +55,6 @@ def peer_gsasrec(peer_src: Path, config: dict) -> nn.Module:
     )
 
 
-#: ``(name, their parameters, our parameter, how theirs make ours)``: ``combine`` maps their
-#: tensors (weights or gradients) to one tensor shaped like ours.
-Pair = tuple[str, list[Tensor], Tensor, Callable[[list[Tensor]], Tensor]]
-
-
 def items_only(tensors: list[Tensor]) -> Tensor:
     """Their table ``[N + 2, D]`` as ours ``[N + 1, D]``: a zero padding row, then items."""
     (table,) = tensors
@@ -60,11 +64,6 @@ def items_only(tensors: list[Tensor]) -> Tensor:
 def fused(tensors: list[Tensor]) -> Tensor:
     """Their separate query, key and value projections as our fused one."""
     return torch.cat(tensors)
-
-
-def same(tensors: list[Tensor]) -> Tensor:
-    (tensor,) = tensors
-    return tensor
 
 
 def weight_pairs(theirs: nn.Module, ours: nn.Module) -> list[Pair]:
@@ -90,46 +89,19 @@ def weight_pairs(theirs: nn.Module, ours: nn.Module) -> list[Pair]:
             (f"block {index} feed-forward 1", their_block.dense1, block.ffn[0]),
             (f"block {index} feed-forward 2", their_block.dense2, block.ffn[-1]),
         ]
-    for name, their_module, our_module in modules:
-        pairs += [
-            (
-                name if part == "weight" else f"{name} bias",
-                [their_module.get_parameter(part)],
-                mine,
-                same,
-            )
-            for part, mine in our_module.named_parameters()
-        ]
-    return pairs
+    return pairs + module_pairs(modules)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--peer-src", type=Path, required=True, help="their checkout")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("overrides", nargs="*", help="config overrides for ours")
-    args = parser.parse_args()
-    torch.manual_seed(args.seed)
+    args = parse_args("their checkout")
     overrides = [*GSASREC_ML1M, *args.overrides]
-    ours = our_sasrec(overrides).double().train()
-    config = {
-        "max_len": ours.pos_emb.num_embeddings,
-        "dim": ours.item_emb.embedding_dim,
-        "num_layers": len(ours.blocks),
-        "num_heads": ours.blocks[0].num_heads,
-    }
-    theirs = peer_gsasrec(args.peer_src, config).double().train()
-    with torch.no_grad():
-        for weight in theirs.parameters():
-            weight.add_(0.05 * torch.randn_like(weight))
+    ours, theirs = paired_models(
+        overrides, args.seed, lambda sizes: peer_gsasrec(args.peer_src, sizes)
+    )
     pairs = weight_pairs(theirs, ours)
-    mapped = {id(our_weight) for _, _, our_weight, _ in pairs}
-    assert mapped == {id(weight) for weight in ours.parameters()}, "a parameter left unpaired"
-    with torch.no_grad():
-        for _, their_weights, our_weight, combine in pairs:
-            our_weight.copy_(combine(list(their_weights)))
+    copy_weights(pairs, ours)
 
-    length = config["max_len"]
+    length = ours.pos_emb.num_embeddings
     generator = torch.Generator().manual_seed(args.seed + 1)
     theirs_in = torch.full((len(LENGTHS), length), NUM_ITEMS + 1)
     ours_in = torch.zeros(len(LENGTHS), length, dtype=torch.long)
@@ -148,11 +120,7 @@ def main() -> None:
     their_loss.backward()
     our_loss.backward()
     logit_gap = float((their_logits - our_logits)[real].detach().abs().max())
-    gradients = [
-        (name, combine([weight.grad for weight in their_weights]), our_weight.grad)
-        for name, their_weights, our_weight, combine in pairs
-    ]
-    print_report(overrides, logit_gap, their_loss, our_loss, gradients)
+    print_report(overrides, logit_gap, their_loss, our_loss, paired_gradients(pairs))
 
 
 if __name__ == "__main__":

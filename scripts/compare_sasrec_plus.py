@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -72,20 +73,41 @@ def our_sasrec(overrides: list[str]) -> nn.Module:
     return instantiate(cfg.model, num_items=NUM_ITEMS)
 
 
-def weight_pairs(theirs: nn.Module, ours: nn.Module) -> list[tuple[str, Tensor, Tensor]]:
-    """``(name, their parameter, our parameter)`` for every parameter: the fused in-projection,
-    the output projection, the 1x1 convolutions as linear maps (their weights have a trailing
-    kernel dimension of 1), the LayerNorms and both embedding tables."""
-    pairs = [
-        ("item table", theirs.item_emb.weight, ours.item_emb.weight),
-        ("positions", theirs.pos_emb.weight, ours.pos_emb.weight),
+#: ``(name, their parameters, our parameter, how theirs make ours)``: ``combine`` maps their
+#: tensors (weights or gradients) to one tensor, which is then reshaped to ours.
+Pair = tuple[str, list[Tensor], Tensor, Callable[[list[Tensor]], Tensor]]
+
+
+def same(tensors: list[Tensor]) -> Tensor:
+    """One parameter of theirs as it is (reshaped to ours afterwards)."""
+    (tensor,) = tensors
+    return tensor
+
+
+def module_pairs(modules: list[tuple[str, nn.Module, nn.Module]]) -> list[Pair]:
+    """A pair for each parameter of our module in ``(name, their module, our module)``, taken
+    from their module's parameter of the same name (``weight``, ``bias``)."""
+    return [
+        (name if part == "weight" else f"{name} bias", [theirs.get_parameter(part)], mine, same)
+        for name, theirs, ours in modules
+        for part, mine in ours.named_parameters()
+    ]
+
+
+def weight_pairs(theirs: nn.Module, ours: nn.Module) -> list[Pair]:
+    """Every parameter of ours with theirs: the fused in-projection, the output projection, the
+    1x1 convolutions as linear maps (their weights have a trailing kernel dimension of 1), the
+    LayerNorms and both embedding tables."""
+    pairs: list[Pair] = [
+        ("item table", [theirs.item_emb.weight], ours.item_emb.weight, same),
+        ("positions", [theirs.pos_emb.weight], ours.pos_emb.weight, same),
     ]
     modules = [("final norm", theirs.last_layernorm, ours.final_norm)]
     for index, block in enumerate(ours.blocks):
         attention, ffn = theirs.attention_layers[index], theirs.forward_layers[index]
         pairs += [
-            (f"block {index} in-projection", attention.in_proj_weight, block.qkv.weight),
-            (f"block {index} in-projection bias", attention.in_proj_bias, block.qkv.bias),
+            (f"block {index} in-projection", [attention.in_proj_weight], block.qkv.weight, same),
+            (f"block {index} in-projection bias", [attention.in_proj_bias], block.qkv.bias, same),
         ]
         modules += [
             (f"block {index} out-projection", attention.out_proj, block.out),
@@ -94,41 +116,67 @@ def weight_pairs(theirs: nn.Module, ours: nn.Module) -> list[tuple[str, Tensor, 
             (f"block {index} feed-forward 1", ffn.conv1, block.ffn[0]),
             (f"block {index} feed-forward 2", ffn.conv2, block.ffn[-1]),
         ]
-    for name, their_module, our_module in modules:
-        pairs += [
-            (name if part == "weight" else f"{name} bias", getattr(their_module, part), mine)
-            for part, mine in our_module.named_parameters()
-        ]
-    return pairs
+    return pairs + module_pairs(modules)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--peer-src", type=Path, required=True, help="their src/ folder")
+def parse_args(peer_help: str) -> argparse.Namespace:
+    """``--peer-src`` (their code, ``peer_help``), ``--seed`` and config overrides for ours."""
+    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__.splitlines()[0])
+    parser.add_argument("--peer-src", type=Path, required=True, help=peer_help)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("overrides", nargs="*", help="config overrides for ours")
-    args = parser.parse_args()
-    torch.manual_seed(args.seed)
-    ours = our_sasrec(args.overrides).double().train()
-    config = {
+    return parser.parse_args()
+
+
+def paired_models(
+    overrides: list[str], seed: int, build_peer: Callable[[dict], nn.Module]
+) -> tuple[nn.Module, nn.Module]:
+    """Ours as ``overrides`` configure it and theirs from ``build_peer(sizes)`` with the same
+    sizes (``max_len``, ``dim``, ``num_layers``, ``num_heads``), both in float64 in training
+    mode; their weights are perturbed from their start so that no bias or affine is trivial."""
+    torch.manual_seed(seed)
+    ours = our_sasrec(overrides).double().train()
+    sizes = {
         "max_len": ours.pos_emb.num_embeddings,
         "dim": ours.item_emb.embedding_dim,
         "num_layers": len(ours.blocks),
         "num_heads": ours.blocks[0].num_heads,
     }
-    theirs = peer_sasrec(args.peer_src, config).double().train()
+    theirs = build_peer(sizes).double().train()
     with torch.no_grad():
         for weight in theirs.parameters():
             weight.add_(0.05 * torch.randn_like(weight))
-        theirs.item_emb.weight[0].zero_()
-    pairs = weight_pairs(theirs, ours)
-    mapped = {id(our_weight) for _, _, our_weight in pairs}
+    return ours, theirs
+
+
+def copy_weights(pairs: list[Pair], ours: nn.Module) -> None:
+    """Give ours their weights, after checking that every parameter of ours is paired."""
+    mapped = {id(our_weight) for _, _, our_weight, _ in pairs}
     assert mapped == {id(weight) for weight in ours.parameters()}, "a parameter left unpaired"
     with torch.no_grad():
-        for _, their_weight, our_weight in pairs:
-            our_weight.copy_(their_weight.reshape(our_weight.shape))
+        for _, their_weights, our_weight, combine in pairs:
+            our_weight.copy_(combine(list(their_weights)).reshape(our_weight.shape))
 
-    length = config["max_len"]
+
+def paired_gradients(pairs: list[Pair]) -> list[tuple[str, Tensor, Tensor]]:
+    """``(name, their gradient as ours, our gradient)`` after both backward passes."""
+    return [
+        (name, combine([w.grad for w in theirs]).reshape(ours.grad.shape), ours.grad)
+        for name, theirs, ours, combine in pairs
+    ]
+
+
+def main() -> None:
+    args = parse_args("their src/ folder")
+    ours, theirs = paired_models(
+        args.overrides, args.seed, lambda sizes: peer_sasrec(args.peer_src, sizes)
+    )
+    with torch.no_grad():
+        theirs.item_emb.weight[0].zero_()
+    pairs = weight_pairs(theirs, ours)
+    copy_weights(pairs, ours)
+
+    length = ours.pos_emb.num_embeddings
     generator = torch.Generator().manual_seed(args.seed + 1)
     sequences = [torch.randint(1, NUM_ITEMS + 1, (n,), generator=generator) for n in LENGTHS]
     right = torch.zeros(len(LENGTHS), length, dtype=torch.long)
@@ -151,12 +199,7 @@ def main() -> None:
         float((their_logits[row, : n - 1] - our_logits[row, length - n + 1 :]).detach().abs().max())
         for row, n in enumerate(LENGTHS)
     )
-
-    gradients = [
-        (name, their_weight.grad.reshape(our_weight.grad.shape), our_weight.grad)
-        for name, their_weight, our_weight in pairs
-    ]
-    print_report(args.overrides, logit_gap, their_loss, our_loss, gradients)
+    print_report(args.overrides, logit_gap, their_loss, our_loss, paired_gradients(pairs))
 
 
 def print_report(
