@@ -155,7 +155,7 @@ def copy_weights(pairs: list[Pair], ours: nn.Module) -> None:
     assert mapped == {id(weight) for weight in ours.parameters()}, "a parameter left unpaired"
     with torch.no_grad():
         for _, their_weights, our_weight, combine in pairs:
-            our_weight.copy_(combine(list(their_weights)).reshape(our_weight.shape))
+            our_weight.copy_(combine(their_weights).reshape(our_weight.shape))
 
 
 def paired_gradients(pairs: list[Pair]) -> list[tuple[str, Tensor, Tensor]]:
