@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 from conftest import ROOT, TINY_RUN, sampler_overrides
 
 from recsys_midx.app.experiment import _warn_exact_top_without_exact_positives, build, train
+from recsys_midx.app.threads import DEFAULT_CAP, available_cores
 
 SAMPLERS = {
     "full": "FullSampler",
@@ -63,9 +65,11 @@ def test_every_sampler_and_model_trains_and_tests(compose_config, tmp_path, samp
     assert Path(saved["best_checkpoint"]).is_file()
 
 
-def _run_train(*overrides: str, multirun: bool = False) -> subprocess.CompletedProcess:
+def _run_train(
+    *overrides: str, multirun: bool = False, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     command = [sys.executable, "train.py", *(["-m"] if multirun else []), *overrides]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.mark.slow
@@ -87,16 +91,21 @@ def test_train_py_writes_everything_under_hydra_run_dir(tmp_path):
 
 
 @pytest.mark.slow
-def test_multirun_sweeps_samplers(tmp_path):
+def test_parallel_multirun_sweeps_samplers_and_divides_the_cores(tmp_path):
     sweep_dir = tmp_path / "sweep"
+    # Without OMP_NUM_THREADS the jobs' threads come from the cores and the launcher's n_jobs.
+    env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
     done = _run_train(
         *TINY_RUN,
         "trainer.max_epochs=1",
         f"paths.data_dir={tmp_path / 'data'}",
         "sampler=uniform,popularity",
         "sampler.num_negatives=20",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
         f"hydra.sweep.dir={sweep_dir}",
         multirun=True,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     samplers = {
@@ -104,6 +113,9 @@ def test_multirun_sweeps_samplers(tmp_path):
         for path in sweep_dir.glob("*/results.json")
     }
     assert samplers == {"UniformSampler", "PopularitySampler"}
+    threads = max(1, min(DEFAULT_CAP, available_cores() // 2))
+    for log_file in sweep_dir.glob("*/train.log"):
+        assert f"threads: {threads} per process" in log_file.read_text()
 
 
 @pytest.mark.slow
