@@ -162,6 +162,20 @@ def test_cpu_processes_of_one_run_share_the_host(compose_config, machine):
         preflight.check(compose_config(overrides))
 
 
+def test_the_jobs_of_a_parallel_sweep_share_the_gpu(compose_config, machine, monkeypatch):
+    overrides = ["sampler=uniform", "sampler.num_negatives=1000", "trainer=gpu"]
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(step_memory, "training_device", lambda cfg: cuda)
+    single = step_memory.estimate_step_memory(compose_config(overrides), cuda).bytes
+    machine(int(1.5 * single))
+    preflight.check(compose_config(overrides))  # one job alone fits
+    monkeypatch.setattr(preflight, "sweep_jobs", lambda: 2)
+    with pytest.raises(
+        ConfigError, match=r"queries in each of 2 processes .* free memory of cuda:0"
+    ):
+        preflight.check(compose_config(overrides))
+
+
 def test_extra_ranks_and_other_accelerators_are_not_checked(compose_config, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert step_memory.training_device(compose_config()) is None

@@ -22,7 +22,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from recsys_midx.app import step_memory
-from recsys_midx.app.threads import processes_per_machine
+from recsys_midx.app.threads import processes_per_machine, sweep_jobs
 from recsys_midx.errors import ConfigError
 from recsys_midx.heads import DotHead, MoEHead
 from recsys_midx.lit.checkpointing import RESUME_AUTO
@@ -328,8 +328,9 @@ def check_memory(cfg: DictConfig) -> None:
 
     The estimate (:func:`~recsys_midx.app.step_memory.estimate_step_memory`) counts only what a
     step certainly holds at once, for the most queries a batch can hold; on CPU it is multiplied
-    by the processes of the run that share the host (DDP ranks, a parallel sweep's jobs). It is
-    compared with the free memory of the first CUDA device, or the host's available memory.
+    by the processes of the run that share the host (DDP ranks, a parallel sweep's jobs), on a
+    GPU by the parallel sweep's jobs that share it. It is compared with the free memory of the
+    first CUDA device, or the host's available memory.
     ``preflight.memory=false`` skips the check, as does a device whose memory cannot be read.
 
     Raises:
@@ -345,7 +346,9 @@ def check_memory(cfg: DictConfig) -> None:
     estimate = step_memory.estimate_step_memory(cfg, device)
     if estimate is None:
         return
-    processes = processes_per_machine(cfg) if device.type == "cpu" else 1
+    # The host is shared by every process of the run and of a parallel sweep; a GPU by the
+    # sweep's jobs (each DDP rank has a device of its own).
+    processes = processes_per_machine(cfg) if device.type == "cpu" else sweep_jobs()
     available = step_memory.available_memory(device)
     if available is None or estimate.bytes * processes <= available:
         return

@@ -55,11 +55,18 @@ def processes_per_machine(cfg: DictConfig) -> int:
             ranks = devices
         elif isinstance(devices, (list, tuple, ListConfig)):
             ranks = max(1, len(devices))
+    return ranks * sweep_jobs()
+
+
+def sweep_jobs() -> int:
+    """How many jobs of this run's sweep run at once: ``hydra.launcher.n_jobs`` for a parallel
+    launcher (``hydra/launcher=joblib``), else 1 (Hydra's default launcher runs them one after the
+    other; a run outside a sweep is one job)."""
     try:
         jobs = HydraConfig.get().launcher.get("n_jobs")
     except ValueError:  # composed outside a Hydra run
         jobs = None
-    return ranks * (jobs if isinstance(jobs, int) and jobs > 1 else 1)
+    return jobs if isinstance(jobs, int) and jobs > 1 else 1
 
 
 def resolve_threads(cfg: DictConfig) -> int:
