@@ -59,9 +59,13 @@ def processes_per_machine(cfg: DictConfig) -> int:
 
 
 def sweep_jobs() -> int:
-    """How many jobs of this run's sweep run at once: ``hydra.launcher.n_jobs`` for a parallel
-    launcher (``hydra/launcher=joblib``), else 1 (Hydra's default launcher runs them one after the
-    other; a run outside a sweep is one job)."""
+    """How many jobs of this run's sweep run at once.
+
+    Returns:
+        ``hydra.launcher.n_jobs`` for a parallel launcher (``hydra/launcher=joblib``), else 1:
+        Hydra's default launcher runs a sweep's jobs one after the other, and a run outside a
+        Hydra sweep is one job.
+    """
     try:
         jobs = HydraConfig.get().launcher.get("n_jobs")
     except ValueError:  # composed outside a Hydra run
