@@ -114,8 +114,8 @@ def test_parallel_multirun_sweeps_samplers_and_divides_the_cores(tmp_path):
     }
     assert samplers == {"UniformSampler", "PopularitySampler"}
     threads = max(1, min(DEFAULT_CAP, available_cores() // 2))
-    for log_file in sweep_dir.glob("*/train.log"):
-        assert f"threads: {threads} per process" in log_file.read_text()
+    logs = [path.read_text() for path in sweep_dir.glob("*/train.log")]
+    assert len(logs) == 2 and all(f"threads: {threads} per process" in log for log in logs)
 
 
 @pytest.mark.slow
