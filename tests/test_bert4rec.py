@@ -66,6 +66,19 @@ def test_a_later_item_changes_earlier_positions_unlike_sasrec() -> None:
     torch.testing.assert_close(sasrec(seq)[:, :6], sasrec(changed)[:, :6])
 
 
+def test_without_the_output_transform_the_query_is_the_last_normalised_block_output() -> None:
+    plain = _encoder(output_transform=False, norm_eps=1e-12)
+    assert not any(isinstance(m, torch.nn.Linear) for m in plain.project.modules())
+    queries = plain(torch.tensor([[0, 0, 3, 4, MASK, 6, 7, MASK]]))
+    # The last block ends in a LayerNorm at its start (unit scale, zero shift): every query
+    # has zero mean and unit variance over its dimensions.
+    torch.testing.assert_close(queries.mean(-1), torch.zeros(1, 8), atol=1e-6, rtol=0)
+    torch.testing.assert_close(queries.var(-1, unbiased=False), torch.ones(1, 8))
+    epsilons = {m.eps for m in plain.modules() if isinstance(m, torch.nn.LayerNorm)}
+    assert epsilons == {1e-12}
+    assert {m.eps for m in _encoder().modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-5}
+
+
 def test_padding_never_reaches_the_real_positions() -> None:
     encoder = _encoder()
     seq = torch.tensor([[0, 0, 0, 0, 5, MASK, 7, 8]])

@@ -29,7 +29,9 @@ class BERT4Rec(SequenceEncoder):
     the queries at the scale SASRec's final LayerNorm gives its own: without it, the small
     initial weights give small queries and the training starts slower. The paper's per-item
     output bias has no counterpart, since every head scores ``s(z, v)`` from the query and the
-    item vector alone.
+    item vector alone. With ``output_transform=False`` the last block's output is the query
+    itself (already normalised by the block's last LayerNorm), as a Hugging Face ``BertModel``
+    scored by the tied table gives it (SASRec+'s BERT4Rec).
 
     The mask token is a learned vector of its own, not a row of the item table: the table is
     what the samplers, the MIDX index and the evaluation score, so it keeps its ``N + 1`` rows
@@ -52,6 +54,9 @@ class BERT4Rec(SequenceEncoder):
         ffn_dim: the feed-forward hidden width (``None``: ``4 * dim``).
         separate_output_table: score items with a table of their own instead of the input
             one (:class:`~recsys_midx.models.SequenceEncoder`).
+        output_transform: put the masked-item transform (dense layer, GELU, LayerNorm) between
+            the last block and the scores; ``False``: score the last block's output.
+        norm_eps: every LayerNorm's ``eps`` (BERT's own: ``1e-12``).
 
     Raises:
         ValueError: if a size is not positive, ``num_heads`` does not divide ``dim`` or
@@ -84,6 +89,8 @@ class BERT4Rec(SequenceEncoder):
         attention_dropout: float | None = None,
         ffn_dim: int | None = None,
         separate_output_table: bool = False,
+        output_transform: bool = True,
+        norm_eps: float = 1e-5,
     ) -> None:
         super().__init__(num_items, dim, max_len, separate_output_table)
         if num_layers <= 0:
@@ -94,7 +101,7 @@ class BERT4Rec(SequenceEncoder):
         self.mask_prob = mask_prob
         self.mask_emb = nn.Parameter(torch.empty(dim))
         self.pos_emb = nn.Embedding(max_len, dim)
-        self.input_norm = nn.LayerNorm(dim)
+        self.input_norm = nn.LayerNorm(dim, eps=norm_eps)
         self.emb_dropout = nn.Dropout(dropout)
         attention_dropout = dropout if attention_dropout is None else attention_dropout
         # BERT's block: LayerNorm after each residual sum, GELU, dropout on sublayer outputs.
@@ -110,10 +117,15 @@ class BERT4Rec(SequenceEncoder):
                 ffn_activation="gelu",
                 residual="input",
                 attention_output_dropout=True,
+                norm_eps=norm_eps,
             )
             for _ in range(num_layers)
         )
-        self.project = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.LayerNorm(dim))
+        self.project = (
+            nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.LayerNorm(dim, eps=norm_eps))
+            if output_transform
+            else nn.Identity()
+        )
         self._init_normal(init_std)
         with torch.no_grad():
             nn.init.normal_(self.mask_emb, std=init_std)
