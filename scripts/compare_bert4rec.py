@@ -33,6 +33,7 @@ from compare_sasrec_plus import (
     NUM_ITEMS,
     Pair,
     copy_weights,
+    fused,
     module_pairs,
     paired_gradients,
     paired_models,
@@ -79,11 +80,6 @@ def mask_row(tensors: list[Tensor]) -> Tensor:
     return table[1]
 
 
-def stacked(tensors: list[Tensor]) -> Tensor:
-    """Their query, key and value maps (or gradients) as our fused in-projection."""
-    return torch.cat(tensors)
-
-
 def weight_pairs(theirs: nn.Module, ours: nn.Module) -> list[Pair]:
     """Every parameter of ours with theirs: the table without and with its mask row, the
     positions, the embedding LayerNorm and each block's maps and LayerNorms (their pooler and
@@ -101,8 +97,8 @@ def weight_pairs(theirs: nn.Module, ours: nn.Module) -> list[Pair]:
         attention = layer.attention.self
         maps = [attention.query, attention.key, attention.value]
         pairs += [
-            (f"block {index} in-projection", [m.weight for m in maps], block.qkv.weight, stacked),
-            (f"block {index} in-projection bias", [m.bias for m in maps], block.qkv.bias, stacked),
+            (f"block {index} in-projection", [m.weight for m in maps], block.qkv.weight, fused),
+            (f"block {index} in-projection bias", [m.bias for m in maps], block.qkv.bias, fused),
         ]
         modules += [
             (f"block {index} out-projection", layer.attention.output.dense, block.out),
@@ -116,10 +112,9 @@ def weight_pairs(theirs: nn.Module, ours: nn.Module) -> list[Pair]:
 
 def main() -> None:
     args = parse_args("their src/ folder (with transformers importable)")
+    overrides = [*PAPER_BERT4REC, *args.overrides]
     ours, theirs = paired_models(
-        [*PAPER_BERT4REC, *args.overrides],
-        args.seed,
-        lambda sizes: peer_bert4rec(args.peer_src, sizes),
+        overrides, args.seed, lambda sizes: peer_bert4rec(args.peer_src, sizes)
     )
     with torch.no_grad():
         theirs.embed_layer.weight[0].zero_()
@@ -145,13 +140,7 @@ def main() -> None:
     our_loss = F.cross_entropy(our_logits[masked], items[masked] + 1)
     our_loss.backward()
     logit_gap = float((their_logits - our_logits).detach().abs().max())
-    print_report(
-        [*PAPER_BERT4REC, *args.overrides],
-        logit_gap,
-        their_loss,
-        our_loss,
-        paired_gradients(pairs),
-    )
+    print_report(overrides, logit_gap, their_loss, our_loss, paired_gradients(pairs))
 
 
 if __name__ == "__main__":

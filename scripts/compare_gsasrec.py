@@ -27,6 +27,7 @@ from compare_sasrec_plus import (
     NUM_ITEMS,
     Pair,
     copy_weights,
+    fused,
     module_pairs,
     paired_gradients,
     paired_models,
@@ -59,11 +60,6 @@ def items_only(tensors: list[Tensor]) -> Tensor:
     """Their table ``[N + 2, D]`` as ours ``[N + 1, D]``: a zero padding row, then items."""
     (table,) = tensors
     return torch.cat([torch.zeros_like(table[:1]), table[1 : NUM_ITEMS + 1]])
-
-
-def fused(tensors: list[Tensor]) -> Tensor:
-    """Their separate query, key and value projections as our fused one."""
-    return torch.cat(tensors)
 
 
 def weight_pairs(theirs: nn.Module, ours: nn.Module) -> list[Pair]:

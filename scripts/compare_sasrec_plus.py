@@ -84,6 +84,11 @@ def same(tensors: list[Tensor]) -> Tensor:
     return tensor
 
 
+def fused(tensors: list[Tensor]) -> Tensor:
+    """Their separate query, key and value projections (or gradients) as our fused one."""
+    return torch.cat(tensors)
+
+
 def module_pairs(modules: list[tuple[str, nn.Module, nn.Module]]) -> list[Pair]:
     """A pair for each parameter of our module in ``(name, their module, our module)``, taken
     from their module's parameter of the same name (``weight``, ``bias``)."""
