@@ -10,7 +10,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-import torch
+
+# One thread per pytest-xdist worker (`pytest -n auto` runs one worker per core), for
+# torch, faiss and every train.py a test starts, so the workers' thread pools do not contend for
+# the same cores; a value the caller exported stays. Set before torch loads its OpenMP runtime.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
+
+import torch  # noqa: E402
 from hydra import compose, initialize_config_dir
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf

@@ -23,7 +23,7 @@ SETUP_BLOCK = [
     "",
     "```bash",
     "pip install torch==2.13.0 -e . && python train.py",
-    'pip install torch==2.13.0 -e ".[test]" && python -m pytest -q',
+    'pip install torch==2.13.0 -e ".[test]" && python -m pytest -q -n auto',
     "```",
 ]
 
