@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
 from conftest import TINY_RUN
+from goodness_of_fit import chi_square_pvalue
 from test_binary_losses import FEW_STEPS
 
 from recsys_midx.app.experiment import train
 from recsys_midx.app.preflight import check_loss_negatives
 from recsys_midx.errors import ConfigError
-from recsys_midx.losses import draw_outside_windows, window_softmax_loss
+from recsys_midx.heads import DotHead
+from recsys_midx.losses import (
+    SequenceWindows,
+    WindowSoftmaxLoss,
+    draw_from_proposal,
+    draw_outside_windows,
+    window_softmax_loss,
+)
+from recsys_midx.samplers import MIDXSampler
 
 
 def test_draws_are_distinct_and_outside_the_window() -> None:
@@ -40,7 +50,8 @@ def test_too_few_items_left_marks_the_extra_draws_invalid() -> None:
     assert valid.sum() == 2 and set(ids[0][valid[0]].tolist()) == {4, 5}
 
 
-def test_value_and_gradient_match_a_float64_derivation() -> None:
+@pytest.mark.parametrize("weighted", [False, True])
+def test_value_and_gradient_match_a_float64_derivation(weighted: bool) -> None:
     torch.manual_seed(0)
     query = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
     item_emb = torch.randn(9, 3, dtype=torch.float64, requires_grad=True)
@@ -48,16 +59,21 @@ def test_value_and_gradient_match_a_float64_derivation() -> None:
     positions = torch.tensor([[False, True, True], [True, True, False]])
     neg_ids = torch.tensor([[5, 7], [1, 8]])
     valid = torch.tensor([[True, True], [True, False]])
+    log_weights = torch.tensor([[0.5, -1.0], [2.0, 0.3]], dtype=torch.float64)
     sequence_of = [0, 0, 1, 1]
-    loss = window_softmax_loss(query, item_emb, targets, positions, neg_ids, valid)
+    loss = window_softmax_loss(
+        query, item_emb, targets, positions, neg_ids, valid, log_weights if weighted else None
+    )
     expected, grad = [], torch.zeros_like(query)
     for row, sequence in enumerate(sequence_of):
         z = query[row].detach()
-        candidates = [targets[row].item()] + [
-            i for i, ok in zip(neg_ids[sequence].tolist(), valid[sequence].tolist()) if ok
-        ]
+        kept = [m for m, ok in enumerate(valid[sequence].tolist()) if ok]
+        candidates = [targets[row].item()] + neg_ids[sequence, kept].tolist()
+        offsets = torch.zeros(len(candidates), dtype=torch.float64)
+        if weighted:
+            offsets[1:] = log_weights[sequence, kept]
         rows = item_emb.detach()[candidates]
-        probs = torch.softmax(rows @ z, dim=0)
+        probs = torch.softmax(rows @ z + offsets, dim=0)
         expected.append(-torch.log(probs[0]))
         grad[row] = probs @ rows - rows[0]
     torch.testing.assert_close(loss, torch.stack(expected))
@@ -89,21 +105,134 @@ def test_table_gradient_matches_autograd_through_the_scores() -> None:
     torch.testing.assert_close(item_emb.grad, reference.grad)
 
 
-def test_sampler_full_and_task_xc_are_refused(compose_config) -> None:
-    with pytest.raises(ConfigError, match=r"^loss=window_softmax trains on sampled negatives"):
-        check_loss_negatives(compose_config(["loss=window_softmax", "sampler=full"]))
-    with pytest.raises(ConfigError, match=r"^loss=window_softmax draws per training sequence"):
-        check_loss_negatives(compose_config(["task=xc", "loss=window_softmax"]))
+# loss.negatives=proposal: two sequences of a 40-item catalog, one with padding; MIDX's proposal
+# depends on the query, so drawing at the wrong query or weighting by the wrong q shows.
+NUM_ITEMS = 40
+WINDOWS = torch.tensor([[0, 0, 3, 9, 14, 9], [5, 1, 22, 31, 6, 2]])
+POSITIONS = torch.tensor([[False, True, True], [True, True, True]])
+TARGETS = torch.tensor([14, 9, 31, 6, 2])
+SEQUENCE_OF = [0, 0, 1, 1, 1]
 
 
-@pytest.mark.parametrize("train_samples", ["last_window", "prefixes"])
-def test_debug_run_trains_and_tests(compose_config, tmp_path, train_samples: str) -> None:
+def _midx_case() -> tuple[MIDXSampler, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(3)
+    item_emb = torch.randn(NUM_ITEMS + 1, 4, generator=generator)
+    sampler = MIDXSampler(NUM_ITEMS, 30, num_codewords=4)
+    sampler.update(item_emb)
+    query = 1.5 * torch.randn(len(TARGETS), 4, generator=generator)
+    return sampler, item_emb, query
+
+
+def test_proposal_draws_follow_the_proposal_at_the_sequence_mean_query() -> None:
+    sampler, _, query = _midx_case()
+    sequences = SequenceWindows.of_batch(WINDOWS, POSITIONS)
+    generator = torch.Generator().manual_seed(0)
+    draws = [draw_from_proposal(sampler, query, TARGETS, sequences, generator) for _ in range(300)]
+    ids = torch.cat([d[0] for d in draws], dim=1)
+    catalog = torch.arange(1, NUM_ITEMS + 1).expand(2, -1)
+    mean_query = torch.stack([query[:2].mean(0), query[2:].mean(0)])
+    probs = sampler.log_prob(mean_query, catalog).exp()
+    assert chi_square_pvalue(ids, probs) > 1e-3
+    # The test has the power to tell the mean query from one position's.
+    last_query = query[[1, 4]]
+    assert chi_square_pvalue(ids, sampler.log_prob(last_query, catalog).exp()) < 1e-6
+    ids, log_weights, valid = draws[0]
+    drawn_log_q = sampler.log_prob(mean_query, ids)
+    torch.testing.assert_close(log_weights, -(drawn_log_q + math.log(30)))
+    in_window = [[i in WINDOWS[b].tolist() for i in row] for b, row in enumerate(ids.tolist())]
+    assert valid.tolist() == [[not hit for hit in row] for row in in_window]
+
+
+def test_weighted_draws_estimate_the_mass_outside_the_sequence_without_bias() -> None:
+    # loss = log(exp(s_t) + Z_hat) - s_t: Z_hat must average to the mass of the items outside
+    # the query's sequence. The window's items are given the highest scores, so counting them
+    # (or weighting by q without M, or by another query's q) moves the mean by many errors.
+    sampler, item_emb, query = _midx_case()
+    query, item_emb = 0.5 * query, item_emb.double()  # milder scores: a lighter-tailed estimate
+    for row, sequence in enumerate(SEQUENCE_OF):
+        item_emb[WINDOWS[sequence][WINDOWS[sequence] > 0]] += 0.5 * query[row].double()
+    sequences = SequenceWindows.of_batch(WINDOWS, POSITIONS)
+    query = query.double()
+    target_scores = (query * item_emb[TARGETS]).sum(dim=1)
+    generator = torch.Generator().manual_seed(1)
+    estimates = []
+    for _ in range(3000):
+        ids, log_weights, valid = draw_from_proposal(sampler, query, TARGETS, sequences, generator)
+        loss = window_softmax_loss(
+            query, item_emb, TARGETS, POSITIONS, ids, valid, log_weights.double()
+        )
+        estimates.append((loss + target_scores).exp() - target_scores.exp())
+    estimates = torch.stack(estimates)
+    outside = torch.tensor(
+        [[i not in WINDOWS[s].tolist() for i in range(1, NUM_ITEMS + 1)] for s in SEQUENCE_OF]
+    )
+    expected = ((query @ item_emb[1:].T).exp() * outside).sum(dim=1)
+    standard_error = estimates.std(dim=0) / math.sqrt(len(estimates))
+    assert ((estimates.mean(dim=0) - expected).abs() < 4 * standard_error).all()
+    assert (standard_error < 0.05 * expected).all()  # precise enough for the check to bite
+
+
+def test_proposal_loss_trains_the_table_through_its_draws() -> None:
+    sampler, item_emb, query = _midx_case()
+    item_emb.requires_grad_(True)
+    loss = WindowSoftmaxLoss(negatives="proposal")(
+        DotHead()(query), TARGETS, item_emb, sampler, windows=WINDOWS, positions=POSITIONS
+    )
+    loss.backward()
+    assert torch.isfinite(loss) and item_emb.grad[TARGETS].abs().sum() > 0
+
+
+def test_an_unknown_draw_is_refused() -> None:
+    with pytest.raises(
+        ValueError, match=r"^loss.negatives=inside: choose one of outside, proposal"
+    ):
+        WindowSoftmaxLoss(negatives="inside")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["sampler=full"], r"^loss=window_softmax trains on sampled negatives"),
+        (["task=xc"], r"^loss=window_softmax draws per training sequence"),
+        (
+            ["sampler=midx"],
+            r"^loss=window_softmax with loss.negatives=outside draws uniformly .* does not use "
+            r"sampler=midx: set loss.negatives=proposal",
+        ),
+        (["loss.negatives=inside"], r"^loss.negatives=inside: choose one of outside, proposal$"),
+    ],
+)
+def test_settings_that_cannot_train_are_refused(
+    compose_config, overrides: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_loss_negatives(compose_config(["loss=window_softmax", *overrides]))
+
+
+def test_uniform_outside_and_midx_proposal_pass(compose_config) -> None:
+    check_loss_negatives(compose_config(["loss=window_softmax", "sampler=uniform"]))
+    check_loss_negatives(
+        compose_config(["loss=window_softmax", "sampler=midx", "loss.negatives=proposal"])
+    )
+
+
+@pytest.mark.parametrize(
+    ("train_samples", "draw"),
+    [
+        ("last_window", ["sampler=uniform"]),
+        ("prefixes", ["sampler=uniform"]),
+        ("last_window", ["sampler=midx", "loss.negatives=proposal"]),
+    ],
+)
+def test_debug_run_trains_and_tests(
+    compose_config, tmp_path, train_samples: str, draw: list[str]
+) -> None:
     cfg = compose_config(
         [
             *TINY_RUN,
             *FEW_STEPS,
             "loss=window_softmax",
-            "sampler=uniform",
+            *draw,
             "sampler.num_negatives=20",
             f"task.datamodule.train_samples={train_samples}",
         ]

@@ -182,7 +182,7 @@ def check_loss_negatives(cfg: DictConfig) -> None:
     with a sampler that draws them, not the exhaustive ``sampler=full``; one that draws per
     training sequence (``per_sequence``) trains sequences, not ``task=xc``; so does one that
     leaves each sequence's items out (``loss.exclude_window``), whose exact form takes only
-    ``head=dot``."""
+    ``head=dot``; and a per-sequence draw (``loss.negatives``) is one the loss knows."""
     loss = get_class(cfg.loss._target_)
     on_points = issubclass(get_class(cfg.task.module._target_), XCModule)
     if getattr(loss, "per_sequence", False) and on_points:
@@ -205,6 +205,25 @@ def check_loss_negatives(cfg: DictConfig) -> None:
         raise ConfigError(
             f"loss={loss.name} trains on sampled negatives: choose a sampler that draws them, "
             "e.g. sampler=uniform, not sampler=full"
+        )
+    draws = getattr(loss, "draws", ())
+    if draws:
+        _check_sequence_draws(loss.name, draws, cfg)
+
+
+def _check_sequence_draws(loss_name: str, draws: Sequence[str], cfg: DictConfig) -> None:
+    """``loss.negatives`` of an objective that draws per training sequence is one it knows, and
+    its uniform draw outside the sequence (``outside``) is not asked of another sampler, which
+    it would not use."""
+    negatives = cfg.loss.get("negatives")
+    if negatives not in draws:
+        raise ConfigError(f"loss.negatives={negatives}: choose one of {', '.join(draws)}")
+    family = get_class(cfg.sampler._target_).family
+    if negatives == "outside" and family != "uniform":
+        raise ConfigError(
+            f"loss={loss_name} with loss.negatives=outside draws uniformly among the items "
+            f"outside each sequence and does not use sampler={family}: set "
+            "loss.negatives=proposal to draw from it, or sampler=uniform"
         )
 
 

@@ -17,8 +17,18 @@ from .negatives import Negatives, draw_mixture_negatives, draw_negatives, draw_s
 from .sampled_softmax import head_sampled_softmax_loss, sampled_softmax_loss
 from .sce import ScalableCrossEntropyLoss, bucketed_cross_entropy_loss
 from .softmax import CatalogSoftmax, LossFunctions, SoftmaxLoss
-from .window_exclusion import SequenceWindows, full_softmax_loss_outside_windows, window_hits
-from .window_softmax import WindowSoftmaxLoss, draw_outside_windows, window_softmax_loss
+from .window_exclusion import (
+    SequenceWindows,
+    full_softmax_loss_outside_windows,
+    sequence_hits,
+    window_hits,
+)
+from .window_softmax import (
+    WindowSoftmaxLoss,
+    draw_from_proposal,
+    draw_outside_windows,
+    window_softmax_loss,
+)
 
 __all__ = [
     "BCELoss",
@@ -34,6 +44,7 @@ __all__ = [
     "SoftmaxLoss",
     "binary_cross_entropy_loss",
     "bucketed_cross_entropy_loss",
+    "draw_from_proposal",
     "draw_mixture_negatives",
     "draw_negatives",
     "draw_outside_windows",
@@ -49,6 +60,7 @@ __all__ = [
     "multilabel_sampled_softmax_loss",
     "prior_score",
     "sampled_softmax_loss",
+    "sequence_hits",
     "window_hits",
     "window_softmax_loss",
 ]

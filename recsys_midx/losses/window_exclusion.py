@@ -96,15 +96,41 @@ def window_hits(neg_ids: Tensor, windows: SequenceWindows) -> Tensor:
         >>> window_hits(torch.tensor([5, 6, 9]), seq).tolist()
         [[True, False, False], [False, True, False]]
     """
-    items = windows.items
-    # (sequence, id) pairs as one int64 key, sequence in the high bits: the batch's sorted rows
-    # laid end to end are one sorted array, searched once for every (query, negative) pair
-    # rather than copying its sequence's row for each query.
-    sequences = torch.arange(len(items), device=items.device)
-    keys = ((sequences[:, None] << _ID_BITS) + items).flatten()
     if neg_ids.dim() == 1:  # shared: each sequence against the M ids, then spread to its queries
-        return _contains(keys, (sequences[:, None] << _ID_BITS) + neg_ids)[windows.rows]
-    return _contains(keys, (windows.rows[:, None] << _ID_BITS) + neg_ids)
+        return sequence_hits(neg_ids, windows)[windows.rows]
+    return _contains(_sequence_keys(windows.items), _keys(windows.rows, neg_ids))
+
+
+def sequence_hits(neg_ids: Tensor, windows: SequenceWindows) -> Tensor:
+    """``[B, M]`` true where a sequence's negative is one of its items.
+
+    Args:
+        neg_ids: ``[B, M]`` negatives of each sequence, or ``[M]`` shared by all.
+        windows: the batch's ``B`` sequences.
+
+    Returns:
+        Boolean ``[B, M]``.
+
+    Example:
+        >>> seq = SequenceWindows.of_batch(torch.tensor([[4, 5], [6, 0]]),
+        ...                                torch.tensor([[True], [True]]))
+        >>> sequence_hits(torch.tensor([[5, 6], [6, 9]]), seq).tolist()
+        [[True, False], [True, False]]
+    """
+    sequences = torch.arange(len(windows.items), device=windows.items.device)
+    return _contains(_sequence_keys(windows.items), _keys(sequences, neg_ids))
+
+
+def _keys(sequences: Tensor, ids: Tensor) -> Tensor:
+    """``(sequence, id)`` pairs as one int64 key, the sequence in the high bits, for ``[R]``
+    sequence numbers and their ``[R, M]`` (or shared ``[M]``) ids."""
+    return (sequences[:, None] << _ID_BITS) + ids
+
+
+def _sequence_keys(items: Tensor) -> Tensor:
+    """The keys of every sequence's sorted items, laid end to end: one ascending array,
+    searched once for all the pairs rather than copying a sequence's row for each query."""
+    return _keys(torch.arange(len(items), device=items.device), items).flatten()
 
 
 #: Bits an item id may take in :func:`window_hits`'s keys.
@@ -175,7 +201,7 @@ def full_softmax_loss_outside_windows(
         ValueError: on malformed shapes or targets outside ``1..N``.
 
     Example:
-        >>> query, item_emb = torch.randn(2, 4), torch.randn(6, 4)
+        >>> query, item_emb = torch.randn(2, 4).double(), torch.randn(6, 4).double()
         >>> seq = SequenceWindows.of_batch(torch.tensor([[1, 2, 3]]), torch.tensor([[True, True]]))
         >>> loss = full_softmax_loss_outside_windows(query, item_emb, torch.tensor([2, 3]), seq)
         >>> kept = [[2, 4, 5], [3, 4, 5]]  # each target and the items outside {1, 2, 3}

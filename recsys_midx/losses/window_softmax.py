@@ -1,16 +1,21 @@
 """Sampled softmax with negatives drawn per training sequence, outside it, shared by its
 positions: how SASRec+ (Klenitskiy & Vasilev, RecSys 2023) trains with 3,000 negatives.
 
-Each sequence of the batch (a user's window in ``train_samples=last_window``) draws ``M`` ids
-uniformly without replacement among the items it does not hold; every position of the sequence
-is scored against its positive and those ``M`` ids. The proposal is uniform over the items
-outside the window, the same for every negative, so the logQ correction is a constant shift
-and is left out.
+Each sequence of the batch (a user's window in ``train_samples=last_window``) draws ``M`` ids;
+every position of the sequence is scored against its positive and those ``M`` ids. By default
+(``negatives="outside"``) they are drawn uniformly without replacement among the items the
+sequence does not hold: the proposal is the same for every negative, so the logQ correction is a
+constant shift and is left out. With ``negatives="proposal"`` they are drawn from the sampler's
+proposal at the mean of the sequence's queries (:func:`draw_from_proposal`), with replacement,
+each weighted by ``1 / (M q)`` and the draws that fall in the sequence masked: the positive is
+counted exactly and the weighted sum estimates, for every position, the mass of the items
+outside the sequence, as ``loss.exclude_window`` does per query.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import math
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -20,6 +25,7 @@ from ..heads import DotHead, HeadOutput
 from ..samplers import Sampler
 from ..scoring import compute_dtype, softmax_weights_
 from .full_softmax import check_scoring_inputs, gather_rows, without_autocast
+from .window_exclusion import SequenceWindows, sequence_hits
 
 
 @torch.no_grad()
@@ -53,8 +59,54 @@ def draw_outside_windows(
     return ids, torch.isfinite(chosen)
 
 
+@torch.no_grad()
+def draw_from_proposal(
+    sampler: Sampler,
+    query: Tensor,
+    targets: Tensor,
+    windows: SequenceWindows,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``sampler.num_negatives`` ids per sequence from the proposal at its mean query.
+
+    One draw per sequence rather than per query: the sampler draws for ``B`` queries instead of
+    ``Q``. The mean of the sequence's (scaled) queries stands for all of them; any proposal
+    that gives every item outside the sequence a positive ``q`` keeps the estimate unbiased for
+    each position, and one near each position's softmax keeps its variance low.
+
+    Args:
+        sampler: a non-exhaustive sampler, built.
+        query: ``[Q, D]`` scaled queries, at ``windows.positions`` in row-major order.
+        targets: ``[Q]`` target ids, shown to the sampler first (:meth:`Sampler.observe_targets`).
+        windows: the batch's sequences and the sequence of each query.
+        generator: random generator on the device of ``query`` (``None``: the global one).
+
+    Returns:
+        ``[B, M]`` ids, their ``[B, M]`` log-weights ``-log(M q)``, and the ``[B, M]`` mask of
+        the draws outside their sequence.
+
+    Example:
+        >>> from recsys_midx.samplers import UniformSampler
+        >>> seq = SequenceWindows.of_batch(torch.tensor([[1, 2, 3]]), torch.tensor([[True, True]]))
+        >>> ids, log_weights, valid = draw_from_proposal(
+        ...     UniformSampler(10, 5), torch.randn(2, 4), torch.tensor([2, 3]), seq)
+        >>> ids.shape, round(log_weights[0, 0].item(), 4)  # -log(5 / 10)
+        (torch.Size([1, 5]), 0.6931)
+        >>> bool((valid == (ids > 3)).all())
+        True
+    """
+    counts = windows.positions.sum(dim=1, keepdim=True).clamp(min=1)
+    sums = query.new_zeros(len(windows.positions), query.shape[1])
+    mean_query = sums.index_add_(0, windows.rows, query.detach()) / counts
+    sampler.observe_targets(targets)
+    ids, log_q = sampler.sample(mean_query, generator=generator)
+    log_weights = -(log_q + math.log(ids.shape[1]))
+    return ids, log_weights, ~sequence_hits(ids, windows)
+
+
 class _SequenceNegativesLogSumExp(torch.autograd.Function):
-    """``lse[b, l] = log sum_m exp(query[b, l] . negatives[b, m])`` over the valid negatives.
+    """``lse[b, l] = log sum_m exp(query[b, l] . negatives[b, m] + log_weights[b, m])`` over
+    the valid negatives (``log_weights`` ``None``: zero).
 
     Forward turns the ``[B, L, M]`` scores into softmax weights in place and keeps them; backward
     reuses them in two batched products. Autograd through ``bmm`` and ``logsumexp`` would hold
@@ -63,8 +115,16 @@ class _SequenceNegativesLogSumExp(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: FunctionCtx, query: Tensor, negatives: Tensor, valid: Tensor | None) -> Tensor:
+    def forward(
+        ctx: FunctionCtx,
+        query: Tensor,
+        negatives: Tensor,
+        log_weights: Tensor | None,
+        valid: Tensor | None,
+    ) -> Tensor:
         weights = torch.bmm(query, negatives.transpose(1, 2))
+        if log_weights is not None:  # constants: the backward below is unchanged
+            weights.add_(log_weights[:, None, :])
         if valid is not None:
             weights.masked_fill_(~valid[:, None, :], float("-inf"))
         lse = softmax_weights_(weights)
@@ -73,7 +133,9 @@ class _SequenceNegativesLogSumExp(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: FunctionCtx, grad_lse: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+    def backward(
+        ctx: FunctionCtx, grad_lse: Tensor
+    ) -> tuple[Tensor | None, Tensor | None, None, None]:
         query, negatives, weights = ctx.saved_tensors
         need_query, need_negatives = ctx.needs_input_grad[:2]
         # d loss / d scores = weights scaled by grad_lse per row: applied to the products' small
@@ -84,7 +146,7 @@ class _SequenceNegativesLogSumExp(torch.autograd.Function):
             if need_negatives
             else None
         )
-        return grad_query, grad_negatives, None
+        return grad_query, grad_negatives, None, None
 
 
 @without_autocast
@@ -95,8 +157,10 @@ def window_softmax_loss(
     positions: Tensor,
     neg_ids: Tensor,
     valid: Tensor | None = None,
+    log_weights: Tensor | None = None,
 ) -> Tensor:
-    """Per-query ``logsumexp(s(p), s(n_1..n_M)) - s(p)`` with each sequence's own negatives.
+    """Per-query ``logsumexp(s(p), s(n_1..n_M) + log_weights) - s(p)`` with each sequence's own
+    negatives.
 
     Args:
         query: ``[Q, D]`` queries (already divided by any temperature), the positions of
@@ -106,6 +170,8 @@ def window_softmax_loss(
         positions: ``[B, L]`` boolean, true at the ``Q`` positions that are queries.
         neg_ids: ``[B, M]`` negatives of each sequence.
         valid: ``[B, M]`` mask of the negatives that count (``None``: all).
+        log_weights: ``[B, M]`` added to the negatives' scores, e.g. ``-log(M q)`` for draws
+            from a proposal ``q`` (``None``: none, a uniform draw's constant left out).
 
     Returns:
         ``[Q]`` losses.
@@ -128,6 +194,11 @@ def window_softmax_loss(
         raise ValueError(
             f"neg_ids must have shape [{positions.shape[0]}, M], got {tuple(neg_ids.shape)}"
         )
+    if log_weights is not None and log_weights.shape != neg_ids.shape:
+        raise ValueError(
+            f"log_weights must have the shape of neg_ids {tuple(neg_ids.shape)}, got "
+            f"{tuple(log_weights.shape)}"
+        )
     dtype = compute_dtype(query, item_emb)
     target_emb, neg_emb = gather_rows(item_emb, [targets, neg_ids], dtype)
     query = query.to(dtype)
@@ -137,20 +208,31 @@ def window_softmax_loss(
     padded[positions] = query
     if valid is not None and bool(valid.all()):
         valid = None
-    negative = _SequenceNegativesLogSumExp.apply(padded, neg_emb, valid)[positions]
+    if log_weights is not None:
+        log_weights = log_weights.to(dtype)
+    negative = _SequenceNegativesLogSumExp.apply(padded, neg_emb, log_weights, valid)[positions]
     positive = (query * target_emb).sum(dim=-1)
     return torch.logaddexp(positive, negative) - positive
 
 
 class WindowSoftmaxLoss(torch.nn.Module):
     """Softmax cross-entropy over each target and ``sampler.num_negatives`` negatives drawn per
-    training sequence among the items outside it (:func:`draw_outside_windows`), shared by all
-    the sequence's positions, without logQ correction (:func:`window_softmax_loss`).
+    training sequence, shared by all the sequence's positions (:func:`window_softmax_loss`).
 
     The training step hands it each batch's sequences (``windows``: inputs and targets) and
     which positions are queries (``positions``), as it does for every objective that declares
-    ``per_sequence``. Only ``sampler.num_negatives`` and ``sampler.num_items`` are read: the
-    sampler draws nothing.
+    ``per_sequence``.
+
+    Args:
+        negatives: ``"outside"``: uniformly without replacement among the items outside the
+            sequence (:func:`draw_outside_windows`), without logQ correction; only
+            ``sampler.num_negatives`` and ``sampler.num_items`` are read, the sampler draws
+            nothing. ``"proposal"``: from the sampler's proposal at the sequence's mean query
+            (:func:`draw_from_proposal`), weighted by ``1 / (M q)``, the draws in the sequence
+            masked and the positive counted exactly.
+
+    Raises:
+        ValueError: if ``negatives`` is neither.
 
     Example:
         >>> from recsys_midx.samplers import UniformSampler
@@ -172,6 +254,14 @@ class WindowSoftmaxLoss(torch.nn.Module):
     needs_negatives: ClassVar[bool] = True
     #: Called with the batch's sequences (``windows``) and query ``positions``.
     per_sequence: ClassVar[bool] = True
+    #: The values of ``negatives``.
+    draws: ClassVar[tuple[str, ...]] = ("outside", "proposal")
+
+    def __init__(self, negatives: Literal["outside", "proposal"] = "outside") -> None:
+        super().__init__()
+        if negatives not in self.draws:
+            raise ValueError(f"loss.negatives={negatives}: choose one of {', '.join(self.draws)}")
+        self.negatives = negatives
 
     def forward(
         self,
@@ -189,14 +279,23 @@ class WindowSoftmaxLoss(torch.nn.Module):
             output: the head's output, ``[Q, D]`` scaled queries.
             targets: ``[Q]`` target ids.
             item_emb: ``[N+1, D]`` item table, row 0 padding.
-            sampler: gives ``num_negatives`` and ``num_items``.
-            windows: ``[B, W]`` items of each sequence (padded with ``0``), never drawn for it.
+            sampler: gives ``num_negatives`` and ``num_items``, and draws with
+                ``negatives="proposal"``.
+            windows: ``[B, W]`` items of each sequence (padded with ``0``), never counted as
+                its negatives.
             positions: ``[B, L]`` boolean, true at the queries' positions (row-major).
 
         Returns:
             Scalar loss.
         """
-        neg_ids, valid = draw_outside_windows(windows, sampler.num_items, sampler.num_negatives)
+        if self.negatives == "outside":
+            neg_ids, valid = draw_outside_windows(windows, sampler.num_items, sampler.num_negatives)
+            log_weights = None
+        else:
+            sequences = SequenceWindows.of_batch(windows, positions)
+            neg_ids, log_weights, valid = draw_from_proposal(
+                sampler, output.queries, targets, sequences
+            )
         return window_softmax_loss(
-            output.queries, item_emb, targets, positions, neg_ids, valid
+            output.queries, item_emb, targets, positions, neg_ids, valid, log_weights
         ).mean()
