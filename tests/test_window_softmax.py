@@ -183,9 +183,7 @@ def test_proposal_loss_trains_the_table_through_its_draws() -> None:
 
 
 def test_an_unknown_draw_is_refused() -> None:
-    with pytest.raises(
-        ValueError, match=r"^loss.negatives=inside: choose one of outside, proposal"
-    ):
+    with pytest.raises(ValueError, match=r"^negatives=inside: choose one of outside, proposal"):
         WindowSoftmaxLoss(negatives="inside")  # type: ignore[arg-type]
 
 

@@ -260,7 +260,7 @@ class WindowSoftmaxLoss(torch.nn.Module):
     def __init__(self, negatives: Literal["outside", "proposal"] = "outside") -> None:
         super().__init__()
         if negatives not in self.draws:
-            raise ValueError(f"loss.negatives={negatives}: choose one of {', '.join(self.draws)}")
+            raise ValueError(f"negatives={negatives}: choose one of {', '.join(self.draws)}")
         self.negatives = negatives
 
     def forward(
