@@ -206,22 +206,22 @@ def check_loss_negatives(cfg: DictConfig) -> None:
             f"loss={loss.name} trains on sampled negatives: choose a sampler that draws them, "
             "e.g. sampler=uniform, not sampler=full"
         )
-    draws = getattr(loss, "draws", ())
-    if draws:
-        _check_sequence_draws(loss.name, draws, cfg)
+    if getattr(loss, "draws", ()):
+        _check_sequence_draws(loss, cfg)
 
 
-def _check_sequence_draws(loss_name: str, draws: Sequence[str], cfg: DictConfig) -> None:
-    """``loss.negatives`` of an objective that draws per training sequence is one it knows, and
-    its uniform draw outside the sequence (``outside``) is not asked of another sampler, which
-    it would not use."""
-    negatives = cfg.loss.get("negatives")
-    if negatives not in draws:
-        raise ConfigError(f"loss.negatives={negatives}: choose one of {', '.join(draws)}")
+def _check_sequence_draws(loss: type, cfg: DictConfig) -> None:
+    """``loss.negatives`` of an objective that draws per training sequence is one it knows
+    (its ``check_settings``), and its uniform draw outside the sequence (``outside``) is not
+    asked of another sampler, which it would not use."""
+    try:
+        loss.check_settings(cfg.loss)
+    except ValueError as error:  # "NAME=VALUE: ...", the setting as the command line has it
+        raise ConfigError(f"loss.{error}") from None
     family = get_class(cfg.sampler._target_).family
-    if negatives == "outside" and family != "uniform":
+    if cfg.loss.negatives == "outside" and family != "uniform":
         raise ConfigError(
-            f"loss={loss_name} with loss.negatives=outside draws uniformly among the items "
+            f"loss={loss.name} with loss.negatives=outside draws uniformly among the items "
             f"outside each sequence and does not use sampler={family}: set "
             "loss.negatives=proposal to draw from it, or sampler=uniform"
         )

@@ -15,7 +15,8 @@ outside the sequence, as ``loss.exclude_window`` does per query.
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -259,9 +260,25 @@ class WindowSoftmaxLoss(torch.nn.Module):
 
     def __init__(self, negatives: Literal["outside", "proposal"] = "outside") -> None:
         super().__init__()
-        if negatives not in self.draws:
-            raise ValueError(f"negatives={negatives}: choose one of {', '.join(self.draws)}")
+        self.check_settings({"negatives": negatives})
         self.negatives = negatives
+
+    @classmethod
+    def check_settings(cls, settings: Mapping[str, Any]) -> None:
+        """Check ``negatives`` in ``settings`` (a loss config or the constructor's arguments).
+
+        Raises:
+            ValueError: ``"negatives=VALUE: ..."`` when it is not one of :attr:`draws`.
+
+        Example:
+            >>> WindowSoftmaxLoss.check_settings({"negatives": "inside"})
+            Traceback (most recent call last):
+            ...
+            ValueError: negatives=inside: choose one of outside, proposal
+        """
+        negatives = settings.get("negatives")
+        if negatives not in cls.draws:
+            raise ValueError(f"negatives={negatives}: choose one of {', '.join(cls.draws)}")
 
     def forward(
         self,
