@@ -20,6 +20,7 @@ from recsys_midx.losses import (
     WindowSoftmaxLoss,
     draw_from_proposal,
     draw_outside_windows,
+    merge_repeated_draws,
     window_softmax_loss,
 )
 from recsys_midx.samplers import MIDXSampler
@@ -170,6 +171,45 @@ def test_weighted_draws_estimate_the_mass_outside_the_sequence_without_bias() ->
     standard_error = estimates.std(dim=0) / math.sqrt(len(estimates))
     assert ((estimates.mean(dim=0) - expected).abs() < 4 * standard_error).all()
     assert (standard_error < 0.05 * expected).all()  # precise enough for the check to bite
+
+
+def test_merged_draws_give_the_loss_and_gradients_of_every_draw() -> None:
+    # 30 draws from 40 items at a confident query: repeats, and draws inside the windows.
+    sampler, item_emb, query = _midx_case()
+    sequences = SequenceWindows.of_batch(WINDOWS, POSITIONS)
+    draws = draw_from_proposal(sampler, query, TARGETS, sequences, torch.Generator().manual_seed(2))
+    ids, log_weights, valid = merge_repeated_draws(*draws)
+    for row in range(len(WINDOWS)):
+        kept = ids[row][valid[row]].tolist()
+        assert kept == sorted(set(draws[0][row][draws[2][row]].tolist()))
+        assert not set(kept) & set(WINDOWS[row].tolist())
+    assert ids.shape[1] < draws[0].shape[1]  # the repeats were scored once
+    losses, gradients = [], []
+    for negatives in (draws, (ids, log_weights, valid)):
+        table = item_emb.double().requires_grad_(True)
+        scaled = query.double().requires_grad_(True)
+        neg_ids, neg_log_weights, neg_valid = negatives
+        loss = window_softmax_loss(
+            scaled, table, TARGETS, POSITIONS, neg_ids, neg_valid, neg_log_weights.double()
+        )
+        loss.sum().backward()
+        losses.append(loss.detach())
+        gradients.append((scaled.grad, table.grad))
+    torch.testing.assert_close(losses[0], losses[1])
+    torch.testing.assert_close(gradients[0], gradients[1])
+
+
+def test_merging_keeps_a_sequence_without_valid_draws_empty() -> None:
+    ids, log_weights, valid = merge_repeated_draws(
+        torch.tensor([[4, 4], [7, 2]]),
+        torch.zeros(2, 2),
+        torch.tensor([[False, False], [True, False]]),
+    )
+    assert ids.tolist() == [[0], [7]] and valid.tolist() == [[False], [True]]
+    ids, _, valid = merge_repeated_draws(
+        torch.tensor([[4]]), torch.zeros(1, 1), torch.tensor([[False]])
+    )
+    assert ids.shape == (1, 1) and not valid.any()
 
 
 def test_proposal_loss_trains_the_table_through_its_draws() -> None:

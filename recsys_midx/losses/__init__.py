@@ -27,6 +27,7 @@ from .window_softmax import (
     WindowSoftmaxLoss,
     draw_from_proposal,
     draw_outside_windows,
+    merge_repeated_draws,
     window_softmax_loss,
 )
 
@@ -54,6 +55,7 @@ __all__ = [
     "gbce_beta",
     "head_full_softmax_loss",
     "head_sampled_softmax_loss",
+    "merge_repeated_draws",
     "multilabel_full_softmax_loss",
     "multilabel_head_full_softmax_loss",
     "multilabel_head_sampled_softmax_loss",

@@ -7,9 +7,10 @@ every position of the sequence is scored against its positive and those ``M`` id
 sequence does not hold: the proposal is the same for every negative, so the logQ correction is a
 constant shift and is left out. With ``negatives="proposal"`` they are drawn from the sampler's
 proposal at the mean of the sequence's queries (:func:`draw_from_proposal`), with replacement,
-each weighted by ``1 / (M q)`` and the draws that fall in the sequence masked: the positive is
+each weighted by ``1 / (M q)`` and the draws that fall in the sequence dropped: the positive is
 counted exactly and the weighted sum estimates, for every position, the mass of the items
-outside the sequence, as ``loss.exclude_window`` does per query.
+outside the sequence, as ``loss.exclude_window`` does per query. A repeated draw is scored once,
+its weight multiplied by its count (:func:`merge_repeated_draws`).
 """
 
 from __future__ import annotations
@@ -103,6 +104,52 @@ def draw_from_proposal(
     ids, log_q = sampler.sample(mean_query, generator=generator)
     log_weights = -(log_q + math.log(ids.shape[1]))
     return ids, log_weights, ~sequence_hits(ids, windows)
+
+
+@torch.no_grad()
+def merge_repeated_draws(
+    ids: Tensor, log_weights: Tensor, valid: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Each sequence's distinct valid draws once, their log-weight raised by the log of how
+    often they were drawn.
+
+    A sequence's draws come from one proposal, so the repeats of an id share its weight ``w``,
+    and ``c`` of them add ``c * exp(s + w) = exp(s + w + log c)`` to each position's sum: the
+    loss and its gradients are those of the ``M`` draws, scored against ``U`` ids, the most
+    distinct valid draws any sequence of the batch has. A proposal close to the sequence's
+    softmax repeats its heavy items, and draws inside the sequence are dropped here rather
+    than scored and masked.
+
+    Args:
+        ids: ``[B, M]`` draws of each sequence.
+        log_weights: ``[B, M]`` their log-weights, equal for equal ids of a row.
+        valid: ``[B, M]`` mask of the draws that count.
+
+    Returns:
+        ``[B, U]`` distinct ids (``0`` after a row's last), their log-weights, and the mask of
+        the columns that hold one.
+
+    Example:
+        >>> ids, log_weights, valid = merge_repeated_draws(
+        ...     torch.tensor([[3, 1, 3, 5]]), torch.zeros(1, 4),
+        ...     torch.tensor([[True, True, True, False]]))
+        >>> ids.tolist(), [round(w, 4) for w in log_weights[0].tolist()], valid.tolist()
+        ([[1, 3]], [0.0, 0.6931], [[True, True]])
+    """
+    dropped = torch.iinfo(ids.dtype).max  # sorts after every id
+    keys, order = ids.masked_fill(~valid, dropped).sort(dim=1)
+    kept = keys != dropped
+    first = kept.clone()
+    first[:, 1:] &= keys[:, 1:] != keys[:, :-1]
+    width = max(int(first.sum(dim=1).max()), 1)
+    # Each kept draw goes to its id's column, the dropped ones to a spare last column.
+    column = (first.cumsum(dim=1) - 1).masked_fill_(~kept, width)
+    shape = (len(ids), width + 1)
+    merged_ids = ids.new_zeros(shape).scatter_(1, column, keys.masked_fill(~kept, 0))
+    merged = log_weights.new_zeros(shape).scatter_(1, column, log_weights.gather(1, order))
+    counts = log_weights.new_zeros(shape).scatter_add_(1, column, torch.ones_like(log_weights))
+    merged.add_(counts.clamp(min=1).log_())
+    return merged_ids[:, :width], merged[:, :width], counts[:, :width] > 0
 
 
 class _SequenceNegativesLogSumExp(torch.autograd.Function):
@@ -230,7 +277,8 @@ class WindowSoftmaxLoss(torch.nn.Module):
             ``sampler.num_negatives`` and ``sampler.num_items`` are read, the sampler draws
             nothing. ``"proposal"``: from the sampler's proposal at the sequence's mean query
             (:func:`draw_from_proposal`), weighted by ``1 / (M q)``, the draws in the sequence
-            masked and the positive counted exactly.
+            dropped, the repeats scored once (:func:`merge_repeated_draws`) and the positive
+            counted exactly.
 
     Raises:
         ValueError: if ``negatives`` is neither.
@@ -310,8 +358,8 @@ class WindowSoftmaxLoss(torch.nn.Module):
             log_weights = None
         else:
             sequences = SequenceWindows.of_batch(windows, positions)
-            neg_ids, log_weights, valid = draw_from_proposal(
-                sampler, output.queries, targets, sequences
+            neg_ids, log_weights, valid = merge_repeated_draws(
+                *draw_from_proposal(sampler, output.queries, targets, sequences)
             )
         return window_softmax_loss(
             output.queries, item_emb, targets, positions, neg_ids, valid, log_weights
