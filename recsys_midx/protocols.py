@@ -1,9 +1,11 @@
-"""The small interfaces the parts of a run meet at: sampler, objective, refreshable index, data.
+"""The small interfaces the parts of a run meet at: sampler, negatives strategy, objective,
+refreshable index, data.
 
 The Lightning modules and :mod:`recsys_midx.app.experiment` are typed against these protocols, not
 against concrete classes, so any object with the right methods plugs in; the toolkit's own
-implementations (:class:`~recsys_midx.samplers.Sampler`, :class:`~recsys_midx.losses.SoftmaxLoss`,
-:class:`~recsys_midx.data.datamodule.SeqRecDataModule`, ...) satisfy them. Item ids are ``1..N``;
+implementations (:class:`~recsys_midx.samplers.Sampler`, :class:`~recsys_midx.negatives.PerQuery`,
+:class:`~recsys_midx.losses.SoftmaxLoss`, :class:`~recsys_midx.data.datamodule.SeqRecDataModule`,
+...) satisfy them. Item ids are ``1..N``;
 id ``0`` is padding. An item table is a tensor ``[N+1, D]`` whose row 0 is padding.
 """
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
     from recsys_midx.heads import Head, HeadOutput
+    from recsys_midx.negatives import Negatives, QueryBatch, Scope
 
 
 @runtime_checkable
@@ -59,14 +62,12 @@ class NegativeSampler(RefreshableIndex, Protocol):
     the toolkit's samplers.
 
     Attributes:
-        exhaustive: ``True`` for the sampler that stands for "no sampling" (the objective then
-            computes the exact softmax over the catalog).
-        query_independent: ``True`` when ``q(i | z)`` does not depend on ``z``; an objective
-            that draws negatives for the whole batch from the mixture of its queries' proposals
-            (``loss.shared_negatives``) then scores ids under one query instead of all.
+        query_independent: ``True`` when ``q(i | z)`` does not depend on ``z``; a strategy that
+            draws negatives for the whole batch from the mixture of its queries' proposals
+            (``negatives=shared``) then scores ids under one query instead of all.
         prefers_exact_positives: ``True`` when the proposal follows the softmax closely enough
-            that the objective should count the positive exactly (MIDX with exact top cells);
-            an objective not told how to count it follows this.
+            that the loss should count the positive exactly (MIDX with exact top cells); a
+            strategy not told how to count it follows this.
         num_items: ``N``.
         num_negatives: ``M``, negatives :meth:`sample` draws per query unless told otherwise.
 
@@ -79,7 +80,6 @@ class NegativeSampler(RefreshableIndex, Protocol):
         (torch.Size([2, 5]), True)
     """
 
-    exhaustive: ClassVar[bool]
     query_independent: ClassVar[bool]
     prefers_exact_positives: bool
     num_items: int
@@ -123,43 +123,105 @@ class NegativeSampler(RefreshableIndex, Protocol):
         ...
 
 
-class Objective(Protocol):
-    """A loss over the catalog for the output of a head: exact or sampled, chosen by the sampler.
+class NegativesStrategy(Protocol):
+    """How a batch's negatives are drawn: the stage between the head and the loss.
 
-    Called once per training batch with the head's
-    :class:`~recsys_midx.heads.HeadOutput` (queries already divided by the head's
-    temperature), the positives, the item table and the sampler; returns the scalar loss to
-    minimise. An objective states at class level which heads it can use (``accepted_heads``,
-    checked when the Lightning module is built) and whether it holds an index built from the
-    item table (``refreshable``; it then also implements :class:`RefreshableIndex`). One whose
-    ``per_sequence`` is true (:class:`~recsys_midx.losses.WindowSoftmaxLoss`, or a loss built
-    with ``exclude_window``) is called by the sequential training step with two more keyword
-    arguments: ``windows``, the batch's ``[B, W]`` sequences, and ``positions``, the ``[B, L]``
-    mask of its query positions.
+    Called once per training batch with the batch's scaled queries, positives and windows and
+    the sampler; returns the :class:`~recsys_midx.negatives.Negatives` the loss reads. Each of
+    the package's strategies is one module of :mod:`recsys_midx.negatives` with one config in
+    ``recsys_midx/conf/negatives``.
+
+    Attributes:
+        name: the strategy's name in messages, as the ``negatives`` config group spells it.
+        scope: how the ids it returns relate to the queries
+            (:data:`~recsys_midx.negatives.Scope`); a loss lists the scopes it scores.
+        uses_sampler: whether it draws from the sampler; no sampler is built for one that does
+            not (``negatives=none``, ``negatives=outside_window``).
+        needs_windows: whether it reads the batch's training sequences (``task=seqrec`` only).
+
+    Example:
+        >>> from recsys_midx.negatives import PerQuery, QueryBatch
+        >>> from recsys_midx.samplers import UniformSampler
+        >>> strategy: NegativesStrategy = PerQuery()
+        >>> drawn = strategy(QueryBatch(torch.randn(2, 8), torch.tensor([1, 2])),
+        ...                  UniformSampler(100, 5))
+        >>> drawn.ids.shape
+        torch.Size([2, 5])
+    """
+
+    name: ClassVar[str]
+    scope: ClassVar[Scope]
+    uses_sampler: ClassVar[bool]
+    needs_windows: bool
+
+    def __call__(
+        self, batch: QueryBatch, sampler: NegativeSampler | None, with_positive_log_q: bool = True
+    ) -> Negatives:
+        """The batch's negatives.
+
+        Args:
+            batch: the scaled queries, their positives and, for sequences, the windows.
+            sampler: the proposal (``None`` where ``uses_sampler`` is false).
+            with_positive_log_q: compute the positives' ``log q``; ``False`` for a loss that
+                never corrects by it (:attr:`Objective.corrects_by_log_q`).
+
+        Returns:
+            The negatives, in the one form every loss reads.
+        """
+        ...
+
+    def counts_positives_exactly(self, sampler: NegativeSampler | None) -> bool | None:
+        """Whether a loss correcting by ``log q`` counts the positive exactly with ``sampler``;
+        ``None`` where the strategy leaves no such choice."""
+        ...
+
+
+class Objective(Protocol):
+    """A loss over the catalog for the output of a head, given the batch's negatives.
+
+    A pure function of the head's :class:`~recsys_midx.heads.HeadOutput` (queries already
+    divided by the head's temperature), the positives, the item table and the negatives the
+    strategy drew (:class:`~recsys_midx.negatives.Negatives`): it never meets the sampler.
+    Returns the scalar loss to minimise. An objective states at class level which heads it can
+    use (``accepted_heads``), which scopes of negatives it scores (``scopes``: ``"catalog"`` is
+    the exact softmax, or its own estimate of it), whether it corrects scores by ``log q``
+    (``corrects_by_log_q``), whether the whole catalog means its exact softmax
+    (``exact_on_catalog``), and whether it holds an index built from the item table
+    (``refreshable``; it then also implements :class:`RefreshableIndex`); the Lightning module
+    checks the first two when it is built.
 
     Attributes:
         name: the objective's name in messages, as the ``loss`` config group spells it.
         accepted_heads: head classes it can use; any other head is refused.
+        scopes: the :data:`~recsys_midx.negatives.Scope` values of the negatives it scores.
+        corrects_by_log_q: whether it corrects scores by the proposal's ``log q``, so that its
+            negatives must carry the positives' ``log q``.
+        exact_on_catalog: whether, given the whole catalog, it computes the exact softmax, which
+            reads every row of the item table (``False`` for an objective that finds its own
+            candidates or estimates the normaliser).
         refreshable: ``True`` when :meth:`RefreshableIndex.update` must run with the sampler's.
 
     Example:
         >>> from recsys_midx.heads import DotHead
         >>> from recsys_midx.losses import SoftmaxLoss
-        >>> from recsys_midx.samplers import UniformSampler
+        >>> from recsys_midx.negatives import Negatives
         >>> objective: Objective = SoftmaxLoss()
         >>> item_emb = torch.randn(101, 8)
         >>> loss = objective(DotHead()(torch.randn(4, 8)), torch.tensor([1, 2, 3, 4]), item_emb,
-        ...                  UniformSampler(100, 10))
+        ...                  Negatives("catalog"))
         >>> loss.shape
         torch.Size([])
     """
 
     name: ClassVar[str]
     accepted_heads: ClassVar[tuple[type[Head], ...]]
+    scopes: ClassVar[frozenset[Scope]]
+    corrects_by_log_q: ClassVar[bool]
+    exact_on_catalog: ClassVar[bool]
     refreshable: ClassVar[bool]
 
     def __call__(
-        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, sampler: NegativeSampler
+        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, negatives: Negatives
     ) -> Tensor:
         """Scalar loss of a batch.
 
@@ -168,7 +230,7 @@ class Objective(Protocol):
                 (``[Q, K]`` or ``None``) and score transform (``None``: identity).
             targets: ``[Q]`` target ids, or ``[Q, P]`` positive ids padded with ``0``.
             item_emb: ``[N+1, D]`` item table, row 0 padding.
-            sampler: the proposal of negatives; an exhaustive one means the exact loss.
+            negatives: the batch's negatives; ``"catalog"`` scope means the exact loss.
 
         Returns:
             Scalar (0-dim) loss, differentiable in the queries, the table and the head.

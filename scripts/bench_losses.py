@@ -11,7 +11,7 @@ when only the computation changed.
 Cases are ``OBJECTIVE:M:D``: ``softmax`` (sampled softmax, ``M`` negatives per query, logQ
 correction), ``bce`` (binary cross-entropy, ``M`` negatives per query; gBCE is the same
 computation with another positive weight) and ``window`` (``M`` negatives per sequence shared by
-its positions, as ``loss=window_softmax`` draws them).
+its positions, as ``negatives=outside_window`` draws them).
 
 Example:
     git worktree add /tmp/base HEAD~3

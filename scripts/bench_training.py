@@ -25,7 +25,7 @@ exactly as that option wants. ``midx+topT`` fixes ``exact_top_codewords=T`` inst
 ``uniform/rowwise_adagrad`` (or ``/sparse_adam``) gives the item table its own optimizer
 (``task.module.table_optimizer``): sparse gradients, only the rows a step read updated.
 ``--shared-negatives`` draws one set of negatives per batch instead of one per query
-(``loss.shared_negatives=true``). ``--train-samples`` builds the batches as
+(``negatives=shared``). ``--train-samples`` builds the batches as
 ``task.datamodule.train_samples`` does: ``last_window`` (every position of each user's last
 window is a query) or ``prefixes`` (one query per sample, its last position, which is all the
 encoder computes then).
@@ -106,7 +106,7 @@ def compose_run(args: argparse.Namespace, sampler_name: str) -> DictConfig:
     overrides = [
         *sampler,
         f"sampler.num_negatives={args.negatives}",
-        f"loss.shared_negatives={str(args.shared_negatives).lower()}",
+        *(["negatives=shared"] if args.shared_negatives else []),
         f"model.dim={args.dim}",
         f"model.max_len={args.max_len}",
         f"task.datamodule.batch_size={args.batch_size}",
@@ -277,7 +277,7 @@ def main() -> None:
     parser.add_argument(
         "--shared-negatives",
         action="store_true",
-        help="one set of negatives per batch (loss.shared_negatives=true)",
+        help="one set of negatives per batch (negatives=shared)",
     )
     parser.add_argument(
         "--train-samples",

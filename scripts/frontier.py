@@ -54,7 +54,7 @@ OBJECTIVES = {
         "sampler=uniform",
         f"sampler.num_negatives={CHALLENGER_NEGATIVES}",
     ],
-    "sce": ["loss=sce", "sampler=uniform"],
+    "sce": ["loss=sce"],
 }
 
 
@@ -83,13 +83,13 @@ def configurations(task: str) -> dict[str, list[str]]:
                 runs[label] = [
                     f"sampler={family}",
                     f"sampler.num_negatives={negatives}",
-                    f"loss.shared_negatives={str(shared).lower()}",
+                    f"negatives={'shared' if shared else 'per_query'}",
                 ]
     for name in ("midx", "midx_plain"):
         runs[f"{name}-{SHARED_MIDX_NEGATIVES}-shared"] = [
             f"sampler={name}",
             f"sampler.num_negatives={SHARED_MIDX_NEGATIVES}",
-            "loss.shared_negatives=true",
+            "negatives=shared",
         ]
     if task == "seqrec":
         runs.update(OBJECTIVES)

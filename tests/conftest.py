@@ -23,10 +23,12 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from recsys_midx.heads import DotHead
+from recsys_midx.heads import DotHead, HeadOutput
 from recsys_midx.lit import SeqRecModule
 from recsys_midx.losses import SoftmaxLoss
-from recsys_midx.samplers import FullSampler, Sampler
+from recsys_midx.negatives import NoNegatives, PerQuery, QueryBatch
+from recsys_midx.protocols import NegativeSampler, NegativesStrategy, Objective
+from recsys_midx.samplers import Sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = ROOT / "recsys_midx" / "conf"
@@ -105,17 +107,34 @@ def exact_softmax_module(encoder: torch.nn.Module) -> SeqRecModule:
     """``encoder`` trained by the exact softmax with a dot head (Adam), in evaluation mode: the
     training step of a module built by hand, without configs."""
     return SeqRecModule(
-        encoder,
-        DotHead(),
-        FullSampler(encoder.num_items),
-        SoftmaxLoss(),
-        functools.partial(torch.optim.Adam),
+        encoder, DotHead(), None, SoftmaxLoss(), functools.partial(torch.optim.Adam)
     ).eval()
 
 
-def sampler_config_class(name: str) -> type[Sampler]:
-    """The sampler class that ``sampler=NAME`` builds (a variant's, its base config's)."""
+def drawn_loss(
+    loss: Objective,
+    output: HeadOutput,
+    targets: torch.Tensor,
+    item_emb: torch.Tensor,
+    sampler: NegativeSampler | None = None,
+    strategy: NegativesStrategy | None = None,
+    windows: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``loss`` of a batch on the negatives ``strategy`` draws from ``sampler``, as a training
+    step computes it (default: per query with a sampler, the whole catalog without)."""
+    if strategy is None:
+        strategy = NoNegatives() if sampler is None else PerQuery()
+    batch = QueryBatch(output.queries, targets, windows, positions, item_emb.shape[0] - 1)
+    return loss(output, targets, item_emb, strategy(batch, sampler, loss.corrects_by_log_q))
+
+
+def sampler_config_class(name: str) -> type[Sampler] | None:
+    """The sampler class that ``sampler=NAME`` builds (a variant's, its base config's);
+    ``None`` for ``sampler=full``, which builds none."""
     config = OmegaConf.load(CONF_DIR / "sampler" / f"{name}.yaml")
+    if "sampler" in config:  # a global-package config: sampler=full, the exact softmax
+        return None
     while "_target_" not in config:
         (base,) = config.defaults
         config = OmegaConf.load(CONF_DIR / "sampler" / f"{base}.yaml")
@@ -125,7 +144,8 @@ def sampler_config_class(name: str) -> type[Sampler]:
 def sampler_overrides(sampler: str, num_items: int = TINY_CATALOG) -> list[str]:
     """Select ``sampler`` with the settings it declares for a catalog of ``num_items`` items
     (:meth:`~recsys_midx.samplers.Sampler.settings_for`; by default the tiny runs')."""
-    settings = sampler_config_class(sampler).settings_for(num_items)
+    kind = sampler_config_class(sampler)
+    settings = {} if kind is None else kind.settings_for(num_items)
     return [f"sampler={sampler}", *(f"sampler.{name}={value}" for name, value in settings.items())]
 
 

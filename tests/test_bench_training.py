@@ -39,7 +39,7 @@ def test_a_run_is_the_training_config_with_the_benchmarks_sizes() -> None:
     cfg = bench_training.compose_run(TINY, "midx+top2")
     assert cfg.sampler._target_.endswith("MIDXSampler") and cfg.sampler.exact_top_codewords == 2
     assert (cfg.sampler.num_negatives, cfg.model.dim, cfg.model.max_len) == (20, 16, 10)
-    assert cfg.task.datamodule.batch_size == 8 and not cfg.loss.shared_negatives
+    assert cfg.task.datamodule.batch_size == 8 and cfg.negatives._target_.endswith("PerQuery")
     assert bench_training.compose_run(TINY, "kernel").sampler._target_.endswith("KernelSampler")
     sparse = bench_training.compose_run(TINY, "midx+top2/rowwise_adagrad")
     assert sparse.task.module.table_optimizer == "rowwise_adagrad"

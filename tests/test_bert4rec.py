@@ -202,9 +202,9 @@ def test_the_loss_counts_the_masked_positions_only() -> None:
     counted: list[int] = []
     objective = module.objective
 
-    def counting(queries, targets):
+    def counting(queries, targets, windows=None, positions=None):
         counted.append(len(targets))
-        return objective(queries, targets)
+        return objective(queries, targets, windows, positions)
 
     module.objective = counting
     torch.manual_seed(9)
@@ -255,11 +255,11 @@ def test_preflight_refuses_prefixes_and_names_the_fix(compose_config) -> None:
         ("full", ()),
         ("midx", ()),
         ("midx", ("head=mos",)),
-        ("uniform", ("loss=window_softmax", "sampler.num_negatives=16")),
+        ("uniform", ("negatives=outside_window", "sampler.num_negatives=16")),
         # The table's rows under a row-wise optimizer, the mask vector under the dense one.
         ("midx", ("task.module.table_optimizer=sparse_adam",)),
     ],
-    ids=["full", "midx", "midx-mos", "window-softmax", "sparse-table"],
+    ids=["full", "midx", "midx-mos", "outside-window", "sparse-table"],
 )
 def test_bert4rec_trains_and_tests(compose_config, tmp_path, sampler, extra) -> None:
     cfg = compose_config(

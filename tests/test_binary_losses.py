@@ -7,10 +7,10 @@ import math
 
 import pytest
 import torch
-from conftest import FEW_STEPS, TINY_RUN
+from conftest import FEW_STEPS, TINY_RUN, drawn_loss
 
 from recsys_midx.app.experiment import train
-from recsys_midx.app.preflight import check_loss_negatives
+from recsys_midx.app.preflight import check_negatives
 from recsys_midx.errors import ConfigError
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import (
@@ -20,7 +20,8 @@ from recsys_midx.losses import (
     gbce_beta,
     prior_score,
 )
-from recsys_midx.samplers import FullSampler, UniformSampler
+from recsys_midx.negatives import Negatives
+from recsys_midx.samplers import UniformSampler
 
 
 def _case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -75,7 +76,7 @@ def test_gbce_weighs_the_positive_by_beta() -> None:
     output, targets = DotHead()(torch.randn(5, 8)), torch.tensor([1, 2, 3, 4, 5])
     item_emb, sampler = torch.randn(21, 8), UniformSampler(20, 4)
     torch.manual_seed(1)
-    gbce = GBCELoss(calibration=0.5)(output, targets, item_emb, sampler)
+    gbce = drawn_loss(GBCELoss(calibration=0.5), output, targets, item_emb, sampler)
     torch.manual_seed(1)
     drawn = sampler.sample(output.queries)[0]
     beta = gbce_beta(0.5, 4, 20)
@@ -91,7 +92,7 @@ def test_the_prior_offset_makes_zero_scores_the_best_constant(loss: BCELoss) -> 
     # exactly when b = log(w / M); without the offset its slope there is (M - w) / 2. The few
     # accidental hits (drawn targets, left out) move either slope by less than 0.1 here.
     sampler = UniformSampler(3416, 256)
-    weight = loss.positive_weight(sampler)
+    weight = loss.positive_weight(sampler.num_negatives, sampler.num_items)
     assert prior_score(weight, 256) == pytest.approx(math.log(weight / 256))
     targets = torch.arange(1, 9)
     item_emb = torch.ones(3417, 1, dtype=torch.float64)
@@ -100,7 +101,7 @@ def test_the_prior_offset_makes_zero_scores_the_best_constant(loss: BCELoss) -> 
         loss.prior_offset = offset
         shift = torch.zeros(8, 1, dtype=torch.float64, requires_grad=True)
         torch.manual_seed(0)
-        value = loss(DotHead()(shift), targets, item_emb, sampler)  # scores: the shift
+        value = drawn_loss(loss, DotHead()(shift), targets, item_emb, sampler)  # the shift
         slopes.append(torch.autograd.grad(value, shift)[0].sum().item())
     assert abs(slopes[0]) < 0.1
     assert slopes[1] == pytest.approx((256 - weight) / 2, abs=0.1)
@@ -136,13 +137,12 @@ def test_calibration_outside_the_unit_interval_is_refused() -> None:
         GBCELoss(calibration=1.5)
 
 
-def test_an_exhaustive_sampler_is_refused(compose_config) -> None:
-    with pytest.raises(ValueError, match="loss=bce needs sampled negatives"):
-        BCELoss()(
-            DotHead()(torch.randn(2, 4)), torch.tensor([1, 2]), torch.randn(5, 4), FullSampler(4)
-        )
-    with pytest.raises(ConfigError, match=r"^loss=gbce trains on sampled negatives"):
-        check_loss_negatives(compose_config(["loss=gbce", "sampler=full"]))
+def test_the_whole_catalog_is_refused(compose_config) -> None:
+    with pytest.raises(ValueError, match="loss=bce does not score negatives of scope catalog"):
+        output = DotHead()(torch.randn(2, 4))
+        BCELoss()(output, torch.tensor([1, 2]), torch.randn(5, 4), Negatives("catalog"))
+    with pytest.raises(ConfigError, match=r"^loss=gbce trains on drawn negatives"):
+        check_negatives(compose_config(["loss=gbce", "sampler=full"]))
 
 
 @pytest.mark.parametrize("loss", ["bce", "gbce"])
@@ -153,7 +153,7 @@ def test_debug_run_trains_and_tests(compose_config, tmp_path, loss: str, shared:
             *TINY_RUN,
             *FEW_STEPS,
             f"loss={loss}",
-            f"loss.shared_negatives={str(shared).lower()}",
+            f"negatives={'shared' if shared else 'per_query'}",
             "sampler=uniform",
             "sampler.num_negatives=4",
         ]

@@ -6,7 +6,9 @@ Marked ``ddp``: ``pytest -m "not ddp"`` skips them; they skip themselves where t
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import os
 import socket
 import subprocess
@@ -17,7 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import ROOT, TINY_RUN, sampler_overrides
+from conftest import ROOT, TINY_RUN, TINY_XC_RUN, run_train, sampler_overrides
 
 from recsys_midx.app.experiment import build
 from recsys_midx.distributed import (
@@ -25,6 +27,11 @@ from recsys_midx.distributed import (
     eval_sampler,
     raise_on_every_rank,
 )
+from recsys_midx.heads import DotHead
+from recsys_midx.lit.table_optimizers import RowwiseAdagrad, TableAndDenseOptimizer
+from recsys_midx.losses import MultiLabelSoftmaxLoss, SoftmaxLoss
+from recsys_midx.models import SASRec, XCEncoder
+from recsys_midx.negatives import Negatives, exact_positive_log_q
 from recsys_midx.samplers import MIDXSampler, PopularitySampler
 
 pytestmark = [
@@ -114,32 +121,124 @@ def test_broadcast_gives_every_rank_rank_zeros_sampler(tmp_path):
     assert ranks[1]["failure"] == "RuntimeError: rank 0 failed: ValueError: item table holds NaN"
 
 
-def _sparse_gradient_worker(rank: int, port: int, out_dir: str) -> None:
-    """Each rank backpropagates its own rows through a sparse lookup under DDP."""
+#: The encoders of the sparse-table cases: SASRec (one table, input and output), SASRec with a
+#: separate output table (gSASRec's), and the XC MLP (feature and label tables).
+TABLE_KINDS = ("tied", "separate_output", "xc")
+
+
+def _table_case(kind: str, rank: int) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """The same encoder on every rank (seeded, in evaluation mode: without dropout, every
+    forward pass computes the same function) and this rank's own batch of it."""
+    torch.manual_seed(0)
+    if kind == "xc":
+        encoder = XCEncoder(num_features=40, num_labels=30, dim=8, hidden=16)
+        data = torch.Generator().manual_seed(10 + rank)
+        lengths = torch.randint(1, 5, (4,), generator=data)
+        batch = {
+            "indices": torch.randint(0, 40, (int(lengths.sum()),), generator=data),
+            "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
+            "weights": torch.rand(int(lengths.sum()), generator=data),
+            "targets": torch.randint(1, 31, (4, 2), generator=data),
+        }
+    else:
+        encoder = SASRec(30, dim=8, max_len=5, separate_output_table=kind == "separate_output")
+        data = torch.Generator().manual_seed(10 + rank)
+        batch = {
+            "inputs": torch.randint(1, 31, (4, 5), generator=data),
+            "targets": torch.randint(1, 31, (4,), generator=data),
+        }
+    batch["negatives"] = torch.randint(1, 31, (4, 6), generator=data)
+    return encoder.eval(), batch
+
+
+class _TableStep(torch.nn.Module):
+    """An encoder and the sampled softmax of its batch, the pieces a training step joins."""
+
+    def __init__(self, encoder: torch.nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.tables = encoder.use_sparse_gradients()
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if "inputs" in batch:
+            queries = self.encoder.encode_last(batch["inputs"])
+        else:
+            queries = self.encoder(batch["indices"], batch["offsets"], batch["weights"])
+        ids, targets = batch["negatives"], batch["targets"]
+        log_q = torch.full(ids.shape, -math.log(30))
+        negatives = Negatives("query", ids, log_q, exact_positive_log_q(targets, ids.shape[1]))
+        loss = SoftmaxLoss() if targets.dim() == 1 else MultiLabelSoftmaxLoss()
+        return loss(DotHead()(queries), targets, self.encoder.item_table, negatives)
+
+
+def _dense_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        name: (p.grad.to_dense() if p.grad.is_sparse else p.grad).clone()
+        for name, p in model.named_parameters()
+        if p.grad is not None
+    }
+
+
+def _sparse_table_worker(rank: int, port: int, out_dir: str) -> None:
+    """Per table kind: this rank's own gradient, the DDP-reduced one, and the weights after
+    three DDP steps of the row-wise and dense optimizers."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        table = torch.nn.Embedding(10, 3, sparse=True)
-        torch.nn.init.constant_(table.weight, 1.0)
-        model = torch.nn.parallel.DistributedDataParallel(table)
-        model(torch.tensor([[1, 2, 2], [5, 7, 8]][rank])).pow(2).sum().backward()
-        torch.save(table.weight.grad, Path(out_dir) / f"rank{rank}.pt")
+        found = {}
+        for kind in TABLE_KINDS:
+            encoder, batch = _table_case(kind, rank)
+            local = _TableStep(copy.deepcopy(encoder))
+            local(batch).backward()
+            step = _TableStep(encoder)
+            model = torch.nn.parallel.DistributedDataParallel(step)
+            model(batch).backward()
+            reduced = _dense_grads(step)
+            sparse = {
+                name
+                for name, p in step.named_parameters()
+                if p.grad is not None and p.grad.is_sparse
+            }
+            tables = {id(table) for table in step.tables}
+            optimizer = TableAndDenseOptimizer(
+                torch.optim.Adam([p for p in step.parameters() if id(p) not in tables], lr=0.01),
+                RowwiseAdagrad(step.tables, lr=0.1),
+            )
+            for _ in range(3):
+                optimizer.step()
+                optimizer.zero_grad()
+                model(batch).backward()
+            found[kind] = {
+                "local": _dense_grads(local),
+                "reduced": reduced,
+                "sparse": sparse,
+                "weights": {name: p.detach().clone() for name, p in step.named_parameters()},
+            }
+            del model
+        torch.save(found, Path(out_dir) / f"rank{rank}.pt")
         # Tearing the group down under a live DDP wrapper can leave a rank waiting.
-        del model
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def test_sparse_table_gradients_are_averaged_over_the_ranks(tmp_path):
-    mp.spawn(_sparse_gradient_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
-    grads = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
-    expected = torch.zeros(10, 3)
-    for rows in ([1, 2, 2], [5, 7, 8]):  # d/dw sum(w^2) = 2 w = 2 per lookup, halved by the mean
-        expected.index_add_(0, torch.tensor(rows), torch.ones(3, 3))
-    for grad in grads:
-        assert grad.is_sparse
-        torch.testing.assert_close(grad.to_dense(), expected)
+def test_sparse_tables_of_every_kind_are_reduced_to_the_mean_over_the_ranks(tmp_path):
+    mp.spawn(_sparse_table_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    expected_sparse = {
+        "tied": {"encoder.item_emb.weight"},
+        "separate_output": {"encoder.item_emb.weight", "encoder.output_emb.weight"},
+        "xc": {"encoder.feature_emb.weight", "encoder.label_emb.weight"},
+    }
+    for kind in TABLE_KINDS:
+        first, second = ranks[0][kind], ranks[1][kind]
+        assert first["sparse"] == second["sparse"] == expected_sparse[kind], kind
+        for name, grad in first["local"].items():
+            mean = (grad + second["local"][name]) / 2
+            for rank in (first, second):
+                torch.testing.assert_close(rank["reduced"][name], mean, msg=f"{kind}: {name}")
+        for name, weight in first["weights"].items():
+            assert torch.equal(weight, second["weights"][name]), f"{kind}: {name}"
 
 
 @pytest.mark.parametrize("table_optimizer", ["null", "sparse_adam"])
@@ -176,6 +275,23 @@ def test_ddp_run_evaluates_like_one_process(compose_config, tmp_path, table_opti
     )[0]
     for name, value in {**test, **val}.items():
         assert results["metrics"][name] == pytest.approx(value, abs=1e-6), name
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        (*TINY_RUN[:2], "model=gsasrec", "model.dim=16", "model.max_len=12"),
+        (*TINY_XC_RUN, "task.module.table_optimizer=rowwise_adagrad"),
+    ],
+    ids=["gsasrec-auto", "xc-rowwise-adagrad"],
+)
+def test_ddp_trains_separate_output_and_xc_tables_sparse(tmp_path, run):
+    ddp = ("trainer=ddp", "trainer.devices=2", "trainer.max_epochs=1")
+    files = (f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'run'}")
+    done = run_train(*run, *sampler_overrides("uniform"), *ddp, *files)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["table_optimizer"] == "rowwise_adagrad"
 
 
 def test_multirun_with_ddp_fails_with_a_clear_message(tmp_path):

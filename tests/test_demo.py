@@ -40,20 +40,18 @@ def test_the_summary_says_what_a_sampled_softmax_scored_and_how_close_its_propos
             "sampler": {"_target_": "recsys_midx.samplers.MIDXSampler", "num_negatives": 100}
         },
         "dataset": {"items": 12_345},
-        "sampler": {
-            "kl_last": 0.5,
-            "kl_uniform_last": 2.25,
-            "exhaustive": False,
-            "sizing": {"exact_top_codewords": 6},
-        },
+        "negatives": "per_query",
+        "sampler": {"kl_last": 0.5, "kl_uniform_last": 2.25, "sizing": {"exact_top_codewords": 6}},
     }
     assert sampler_lines(results) == [
         "sampled softmax: 100 negatives from MIDXSampler and its exact top cells per query, "
         "of 12,345 items",
         "proposal: KL(softmax || q) = 0.50 nats at the last refresh; uniform: 2.25",
     ]
-    results["sampler"] = {"exhaustive": True}
-    assert sampler_lines(results) == ["exact softmax: every training query scores all 12,345 items"]
+    shared = {**results, "negatives": "shared"}
+    assert sampler_lines(shared)[0].endswith("cells shared by each batch, of 12,345 items")
+    exact = {**results, "negatives": "none", "config": {"sampler": {"num_negatives": None}}}
+    assert sampler_lines(exact) == ["exact softmax: every training query scores all 12,345 items"]
     assert sampler_lines({"config": {}, "dataset": {}}) == []
     bce = {"_target_": "recsys_midx.losses.BCELoss"}
     assert sampler_lines({**results, "config": {**results["config"], "loss": bce}}) == []

@@ -16,6 +16,7 @@ from recsys_midx.app.experiment import build, train
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import EDRepLoss, edrep, full_softmax_loss, multilabel_full_softmax_loss
 from recsys_midx.losses.edrep import cluster_statistics, gaussian_log_partition
+from recsys_midx.negatives import Negatives
 
 NUM_ITEMS = 30
 DIM = 6
@@ -24,6 +25,8 @@ SINGLE = torch.tensor([3, 30, 7, 7, 12])
 MULTI = torch.tensor([[3, 7, 19], [30, 0, 0], [1, 2, 0], [5, 6, 8], [11, 0, 0]])
 #: The head EDRep takes: queries pass through it as in the Lightning modules.
 DOT = DotHead()
+#: What EDRep takes: the whole catalog, whose normaliser its statistics estimate.
+CATALOG = Negatives("catalog")
 
 
 def _problem(dtype: torch.dtype = torch.float64, seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -98,10 +101,16 @@ def test_one_cluster_per_item_is_exact() -> None:
     )
     single = full_softmax_loss(query, item_emb, SINGLE).mean()
     multi = multilabel_full_softmax_loss(query, item_emb, MULTI).mean()
-    torch.testing.assert_close(loss_fn(DOT(query), SINGLE, item_emb), single, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(loss_fn(DOT(query), MULTI, item_emb), multi, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        loss_fn(DOT(query), SINGLE, item_emb, CATALOG), single, rtol=1e-6, atol=1e-6
+    )
+    torch.testing.assert_close(
+        loss_fn(DOT(query), MULTI, item_emb, CATALOG), multi, rtol=1e-6, atol=1e-6
+    )
     loss_fn.exact_positives = False  # the bare estimate is exact too, for one target
-    torch.testing.assert_close(loss_fn(DOT(query), SINGLE, item_emb), single, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        loss_fn(DOT(query), SINGLE, item_emb, CATALOG), single, rtol=1e-6, atol=1e-6
+    )
 
 
 def test_identical_vectors_are_exact() -> None:
@@ -174,7 +183,7 @@ def test_loss_and_gradients_match_the_naive_reference(
     loss_fn = _built(
         item_emb, 4, exact_positives=exact_positives, grad_through_stats=grad_through_stats
     )
-    loss = loss_fn(DOT(query), positives, item_emb)
+    loss = loss_fn(DOT(query), positives, item_emb, CATALOG)
     # Constant statistics: the reference sees a detached table in mu and Omega.
     stats_emb = item_emb if grad_through_stats else item_emb.detach()
     reference = _naive_losses(
@@ -204,8 +213,8 @@ def test_exact_positives_keep_the_loss_a_cross_entropy() -> None:
     items[5, 0] = 2.0
     query = torch.zeros(1, DIM, dtype=torch.float64)
     query[0, 0] = 10.0
-    bare = _built(items, 1, exact_positives=False)(DOT(query), torch.tensor([5]), items)
-    exact = _built(items, 1)(DOT(query), torch.tensor([5]), items)
+    bare = _built(items, 1, exact_positives=False)(DOT(query), torch.tensor([5]), items, CATALOG)
+    exact = _built(items, 1)(DOT(query), torch.tensor([5]), items, CATALOG)
     assert bare < 0 <= exact
     torch.testing.assert_close(
         exact, full_softmax_loss(query, items, torch.tensor([5]))[0], rtol=1e-6, atol=1e-6
@@ -217,8 +226,8 @@ def test_head_temperature_divides_the_query() -> None:
     loss_fn = _built(item_emb, 4)
     scaled = _built(item_emb, 4)
     torch.testing.assert_close(
-        scaled(DotHead(temperature=0.5)(query), MULTI, item_emb),
-        loss_fn(DOT(2 * query), MULTI, item_emb),
+        scaled(DotHead(temperature=0.5)(query), MULTI, item_emb, CATALOG),
+        loss_fn(DOT(2 * query), MULTI, item_emb, CATALOG),
     )
 
 
@@ -237,7 +246,9 @@ def test_statistics_are_buffers_restored_by_state_dict() -> None:
     assert state["covariances"].shape == (4, DIM, DIM)
     restored = EDRepLoss(num_clusters=4, seed=5)  # never built: buffers take the saved shapes
     restored.load_state_dict(state)
-    assert torch.equal(restored(DOT(query), MULTI, item_emb), first(DOT(query), MULTI, item_emb))
+    assert torch.equal(
+        restored(DOT(query), MULTI, item_emb, CATALOG), first(DOT(query), MULTI, item_emb, CATALOG)
+    )
     # The next rebuild (warm start, next seed) is the same for both: a resumed run continues.
     moved = item_emb.detach() + 0.1
     first.update(moved)
@@ -249,7 +260,7 @@ def test_statistics_are_buffers_restored_by_state_dict() -> None:
 def test_rejects_bad_arguments() -> None:
     query, item_emb = _problem()
     with pytest.raises(ValueError, match="call update"):
-        EDRepLoss(num_clusters=4)(DOT(query), SINGLE, item_emb)
+        EDRepLoss(num_clusters=4)(DOT(query), SINGLE, item_emb, CATALOG)
     with pytest.raises(ValueError, match="num_clusters=31 exceeds the 30 items"):
         EDRepLoss(num_clusters=31).update(item_emb.detach())
     with pytest.raises(ValueError, match="num_clusters must be >= 1, got 0"):
@@ -258,11 +269,13 @@ def test_rejects_bad_arguments() -> None:
         DotHead(temperature=0.0)
     loss_fn = _built(item_emb, 4)
     with pytest.raises(ValueError, match="distinct"):
-        loss_fn(DOT(query), torch.tensor([[1, 1], [2, 0], [3, 0], [4, 0], [5, 0]]), item_emb)
+        loss_fn(
+            DOT(query), torch.tensor([[1, 1], [2, 0], [3, 0], [4, 0], [5, 0]]), item_emb, CATALOG
+        )
     with pytest.raises(ValueError, match="targets must lie in 1..30"):
-        loss_fn(DOT(query), torch.tensor([0, 1, 2, 3, 4]), item_emb)
+        loss_fn(DOT(query), torch.tensor([0, 1, 2, 3, 4]), item_emb, CATALOG)
     with pytest.raises(ValueError, match="built for 30"):
-        loss_fn(DOT(query), SINGLE, torch.randn(41, DIM, dtype=torch.float64))
+        loss_fn(DOT(query), SINGLE, torch.randn(41, DIM, dtype=torch.float64), CATALOG)
 
 
 EDREP = ("loss=edrep", "loss.num_clusters=8")
@@ -292,11 +305,9 @@ def test_seqrec_trains_with_edrep_and_resumes_with_its_statistics(compose_config
 
 
 @pytest.mark.slow
-def test_xc_trains_with_edrep_and_refreshes_without_a_refreshing_sampler(
-    compose_config, tmp_path
-) -> None:
-    # A uniform sampler's proposal does not follow the table; the statistics still do, on the
-    # refresh schedule (each epoch by default).
+def test_xc_trains_with_edrep_and_refreshes_without_a_sampler(compose_config, tmp_path) -> None:
+    # loss=edrep builds no sampler; its statistics still follow the table, on the refresh
+    # schedule (each epoch by default).
     cfg = compose_config([*TINY_XC_RUN, *sampler_overrides("uniform"), *EDREP])
     assert cfg.loss._target_.endswith("EDRepLoss")
     results = train(cfg)
@@ -304,9 +315,10 @@ def test_xc_trains_with_edrep_and_refreshes_without_a_refreshing_sampler(
     assert saved["metrics"] == pytest.approx(results["metrics"])
     for metric in ("p@1", "ndcg@5", "psp@5"):
         assert 0.0 <= saved["metrics"][f"test/{metric}"] <= 1.0
-    assert saved["epochs_run"] == 2
+    assert saved["epochs_run"] == 2 and saved["negatives"] == "none"
     state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     assert int(state["state_dict"]["loss.clusters.num_fits"]) == 2  # fit start and epoch 2
+    assert not any(key.startswith("sampler.") for key in state["state_dict"])
 
 
 def test_a_head_edrep_cannot_use_is_refused(compose_config) -> None:

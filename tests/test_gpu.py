@@ -15,7 +15,7 @@ import sys
 import faiss
 import pytest
 import torch
-from conftest import ROOT, TINY_RUN, sampler_overrides
+from conftest import ROOT, TINY_RUN, drawn_loss, sampler_overrides
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.app.experiment import train
@@ -140,7 +140,7 @@ def test_sampled_softmax_with_midx_trains_on_device():
     sampler.update(item_table.detach())
     queries = _queries(32).to(DEVICE).requires_grad_()
     targets = torch.randint(1, NUM_ITEMS + 1, (32,), device=DEVICE)
-    loss = SoftmaxLoss()(DotHead()(queries), targets, item_table, sampler)
+    loss = drawn_loss(SoftmaxLoss(), DotHead()(queries), targets, item_table, sampler)
     loss.backward()
     assert loss.device.type == DEVICE.type and torch.isfinite(loss)
     assert torch.isfinite(item_table.grad).all() and item_table.grad.abs().sum() > 0

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import drawn_loss
 from goodness_of_fit import chi_square_pvalue
 from torch import Tensor
 
@@ -26,8 +27,6 @@ from recsys_midx.losses import (
     EDRepLoss,
     MultiLabelSoftmaxLoss,
     SoftmaxLoss,
-    draw_mixture_negatives,
-    draw_negatives,
     full_softmax_loss,
     head_full_softmax_loss,
     head_sampled_softmax_loss,
@@ -37,7 +36,8 @@ from recsys_midx.losses import (
 )
 from recsys_midx.metrics import target_ranks, top_labels
 from recsys_midx.models import SASRec
-from recsys_midx.samplers import FullSampler, MIDXSampler, UniformSampler
+from recsys_midx.negatives import draw_mixture_negatives, draw_negatives
+from recsys_midx.samplers import MIDXSampler, UniformSampler
 from recsys_midx.scoring import ranking_queries
 
 NUM_ITEMS = 40
@@ -109,11 +109,11 @@ def test_plif_at_init_is_the_identity_and_trains_as_plain_softmax() -> None:
     torch.testing.assert_close(head.transform(scores), scores, rtol=0, atol=2e-5)
     query, item_emb, targets = _problem()
     sampler = UniformSampler(NUM_ITEMS, 15)
-    for loss_sampler in (FullSampler(NUM_ITEMS), sampler):
+    for loss_sampler in (None, sampler):
         values = []
         for head in (PLIFHead(), DotHead()):
             torch.manual_seed(3)  # the same negatives for both
-            values.append(SoftmaxLoss()(head(query), targets, item_emb, loss_sampler))
+            values.append(drawn_loss(SoftmaxLoss(), head(query), targets, item_emb, loss_sampler))
         torch.testing.assert_close(values[0], values[1], rtol=1e-5, atol=1e-5)
 
 
@@ -218,7 +218,7 @@ def test_exact_loss_matches_a_dense_reference_with_gradients(name: str) -> None:
     head = _heads(temperature=0.7)[name].double()
     query, item_emb, targets = _problem(torch.float64)
     loss_fn = SoftmaxLoss(chunk_size=7)
-    loss = loss_fn(head(query), targets, item_emb, FullSampler(NUM_ITEMS))
+    loss = drawn_loss(loss_fn, head(query), targets, item_emb, None)
     reference = -_dense_log_probs(head, query, item_emb, 0.7)[
         torch.arange(len(targets)), targets - 1
     ].mean()
@@ -235,9 +235,7 @@ def test_multilabel_exact_loss_matches_a_dense_reference(name: str) -> None:
     head = _heads()[name].double()
     query, item_emb, _ = _problem(torch.float64, num_queries=4)
     positives = torch.tensor([[3, 7, 0], [7, 0, 0], [1, 2, 40], [5, 9, 0]])
-    loss = MultiLabelSoftmaxLoss(chunk_size=5)(
-        head(query), positives, item_emb, FullSampler(NUM_ITEMS)
-    )
+    loss = drawn_loss(MultiLabelSoftmaxLoss(chunk_size=5), head(query), positives, item_emb, None)
     queries, log_prior = head.queries(query)
     z = queries if queries.dim() == 3 else queries[:, None]
     scores = head.transform(z @ item_emb[1:].T)  # [Q, K, N]
@@ -282,7 +280,7 @@ def test_exact_loss_keeps_no_catalog_sized_scores_for_backward(name: str) -> Non
     ):
         sizes.clear()
         with torch.autograd.graph.saved_tensors_hooks(record, lambda tensor: tensor):
-            loss = loss_fn(head(query), labels, item_emb, FullSampler(num_items))
+            loss = drawn_loss(loss_fn, head(query), labels, item_emb, None)
         loss.backward()  # the chunks are recomputed one at a time
         # Everything kept for backward together is less than one copy of the scores.
         assert sum(sizes) < catalog_scores, (type(loss_fn).__name__, sum(sizes))
@@ -341,7 +339,7 @@ def test_mos_sampled_loss_through_the_objective_uses_shared_negatives() -> None:
     query, item_emb, targets = _problem()
     loss_fn = SoftmaxLoss()
     torch.manual_seed(11)
-    loss = loss_fn(head(query), targets, item_emb, UniformSampler(NUM_ITEMS, 10))
+    loss = drawn_loss(loss_fn, head(query), targets, item_emb, UniformSampler(NUM_ITEMS, 10))
     torch.manual_seed(11)
     queries, log_prior = head.queries(query)
     drawn = draw_mixture_negatives(UniformSampler(NUM_ITEMS, 10), queries, targets)
@@ -404,9 +402,9 @@ def test_heads_stay_finite_for_large_norms_and_under_bf16_autocast(name: str, au
         item_emb.mul_(1e3 / item_emb.norm(dim=1, keepdim=True))
     positives = torch.stack([targets, torch.zeros_like(targets)], dim=1)
     for loss_fn, labels in ((SoftmaxLoss(), targets), (MultiLabelSoftmaxLoss(), positives)):
-        for sampler in (FullSampler(NUM_ITEMS), UniformSampler(NUM_ITEMS, 10)):
+        for sampler in (None, UniformSampler(NUM_ITEMS, 10)):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                loss = loss_fn(head(query), labels, item_emb, sampler)
+                loss = drawn_loss(loss_fn, head(query), labels, item_emb, sampler)
             leaves = [query, item_emb, *head.parameters()]
             grads = torch.autograd.grad(loss, leaves)
             assert loss.isfinite(), (name, type(loss_fn).__name__, sampler)
@@ -421,11 +419,11 @@ def test_dot_head_takes_the_plain_code_path_bit_for_bit() -> None:
     head, loss_fn = DotHead(temperature=0.5), SoftmaxLoss(chunk_size=16)
     assert head(query).transform is None and head(query).log_prior is None
     z = query / 0.5
-    exact = loss_fn(head(query), targets, item_emb, FullSampler(NUM_ITEMS))
+    exact = drawn_loss(loss_fn, head(query), targets, item_emb, None)
     assert torch.equal(exact, full_softmax_loss(z, item_emb, targets, 16).mean())
     sampler = UniformSampler(NUM_ITEMS, 10)
     torch.manual_seed(12)
-    sampled = loss_fn(head(query), targets, item_emb, sampler)
+    sampled = drawn_loss(loss_fn, head(query), targets, item_emb, sampler)
     torch.manual_seed(12)
     drawn = draw_negatives(sampler, z, targets)
     expected = sampled_softmax_loss(
@@ -472,7 +470,7 @@ def test_heads_reject_bad_arguments() -> None:
         SeqRecModule(
             SASRec(num_items=NUM_ITEMS, dim=8, max_len=5),
             MoSHead(8),
-            UniformSampler(NUM_ITEMS, 10),
+            None,
             EDRepLoss(),
             functools.partial(torch.optim.Adam, lr=1e-3),
         )

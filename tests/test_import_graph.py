@@ -23,6 +23,14 @@ CASES = [
     # Evaluation and sampling score the catalog through recsys_midx.scoring, not the losses.
     ("recsys_midx.metrics", "recsys_midx.losses"),
     ("recsys_midx.samplers", "recsys_midx.losses"),
+    # A loss is a pure function of the head's output, targets, table and drawn negatives: it
+    # never meets the sampler. A strategy draws through the sampler protocol alone.
+    ("recsys_midx.losses", "recsys_midx.samplers"),
+    ("recsys_midx.negatives", "recsys_midx.samplers"),
+    ("recsys_midx.negatives", "recsys_midx.losses"),
+    ("recsys_midx.samplers", "recsys_midx.negatives"),
+    # Reports name and colour runs from their recorded configs, not from the samplers.
+    ("recsys_midx.reports", "recsys_midx.samplers"),
     # Catalog scoring sits below every part that scores the catalog.
     ("recsys_midx.scoring", "recsys_midx.heads"),
     ("recsys_midx.scoring", "recsys_midx.index"),

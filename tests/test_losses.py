@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import drawn_loss
 from torch import Tensor
 
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import SoftmaxLoss, full_softmax, full_softmax_loss, sampled_softmax_loss
-from recsys_midx.losses.negatives import exact_positive_log_q
-from recsys_midx.samplers import FullSampler, PopularitySampler, UniformSampler
+from recsys_midx.negatives import PerQuery, exact_positive_log_q
+from recsys_midx.samplers import PopularitySampler, UniformSampler
 
 NUM_ITEMS = 50
 DIM = 6
@@ -161,7 +162,8 @@ def test_exact_positive_log_q_is_minus_log_m_and_minus_inf_at_padding() -> None:
 def test_softmax_loss_with_exact_positives_does_not_score_positives_under_q() -> None:
     query, item_emb, targets = _problem()
     sampler = _RecordingSampler()
-    SoftmaxLoss(exact_positives=True)(DotHead()(query), targets, item_emb, sampler)
+    strategy = PerQuery(correct_positive=False)
+    drawn_loss(SoftmaxLoss(), DotHead()(query), targets, item_emb, sampler, strategy)
     assert len(sampler.seen) == 1  # sample() only, no log_prob() of the targets
 
 
@@ -214,9 +216,9 @@ class _RecordingSampler(UniformSampler):
         return super().log_prob(query, ids)
 
 
-def test_softmax_loss_with_full_sampler_is_full_cross_entropy() -> None:
+def test_softmax_loss_on_the_whole_catalog_is_full_cross_entropy() -> None:
     query, item_emb, targets = _problem()
-    loss = SoftmaxLoss(chunk_size=16)(DotHead()(query), targets, item_emb, FullSampler(NUM_ITEMS))
+    loss = drawn_loss(SoftmaxLoss(chunk_size=16), DotHead()(query), targets, item_emb)
     torch.testing.assert_close(loss, _reference_loss(query, item_emb, targets).mean())
 
 
@@ -229,32 +231,34 @@ def test_softmax_loss_with_full_sampler_is_full_cross_entropy() -> None:
 )
 def test_softmax_loss_with_sampler_backpropagates(make_sampler) -> None:
     query, item_emb, targets = _problem()
-    loss = SoftmaxLoss()(DotHead(temperature=0.5)(query), targets, item_emb, make_sampler())
+    loss = drawn_loss(
+        SoftmaxLoss(), DotHead(temperature=0.5)(query), targets, item_emb, make_sampler()
+    )
     assert loss.shape == () and torch.isfinite(loss)
     loss.backward()
     for grad in (query.grad, item_emb.grad):
         assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize(
-    "make_sampler", [lambda: FullSampler(NUM_ITEMS), lambda: UniformSampler(NUM_ITEMS, 10)]
-)
+@pytest.mark.parametrize("make_sampler", [lambda: None, lambda: UniformSampler(NUM_ITEMS, 10)])
 def test_temperature_scales_logits(make_sampler) -> None:
     query, item_emb, targets = _problem()
     temperature = 0.3
     torch.manual_seed(0)
-    scaled = SoftmaxLoss()(DotHead(temperature)(query), targets, item_emb, make_sampler())
+    scaled = drawn_loss(
+        SoftmaxLoss(), DotHead(temperature)(query), targets, item_emb, make_sampler()
+    )
     torch.manual_seed(0)
-    reference = SoftmaxLoss()(DotHead(1.0)(query / temperature), targets, item_emb, make_sampler())
+    unscaled = DotHead(1.0)(query / temperature)
+    reference = drawn_loss(SoftmaxLoss(), unscaled, targets, item_emb, make_sampler())
     torch.testing.assert_close(scaled, reference)
 
 
 def test_sampler_gets_the_scaled_detached_float32_query() -> None:
     query, item_emb, targets = _problem()
     sampler = _RecordingSampler()
-    SoftmaxLoss()(
-        DotHead(temperature=0.25)(query.bfloat16()), targets, item_emb.bfloat16(), sampler
-    )
+    output = DotHead(temperature=0.25)(query.bfloat16())
+    drawn_loss(SoftmaxLoss(), output, targets, item_emb.bfloat16(), sampler)
     assert len(sampler.seen) == 2
     for seen in sampler.seen:
         assert seen.dtype == torch.float32 and not seen.requires_grad

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recsys_midx.losses import MultiLabelSoftmaxLoss, SoftmaxLoss
+from recsys_midx.negatives import PerQuery, SharedByBatch
 from recsys_midx.samplers import MIDXSampler, UniformSampler
 from recsys_midx.samplers.exact_top import top_codewords_for_budget
 
@@ -88,27 +88,28 @@ def test_sized_proposal_draws_follow_its_log_q():
     torch.testing.assert_close(total, torch.ones(3, dtype=torch.float64), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("loss_class", [SoftmaxLoss, MultiLabelSoftmaxLoss])
-def test_loss_left_to_choose_counts_positives_as_the_sampler_prefers(loss_class):
+@pytest.mark.parametrize("strategy_class", [PerQuery, SharedByBatch])
+def test_strategy_left_to_choose_counts_positives_as_the_sampler_prefers(strategy_class):
     with_top = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=3)
     without_top = MIDXSampler(2_000, 10, num_codewords=16, exact_top_codewords=0)
 
-    assert loss_class().counts_positives_exactly(with_top)
-    assert not loss_class().counts_positives_exactly(without_top)
-    assert not loss_class().counts_positives_exactly(UniformSampler(2_000, 10))
-    assert not loss_class(exact_positives=False).counts_positives_exactly(with_top)
-    assert loss_class(exact_positives=True).counts_positives_exactly(UniformSampler(2_000, 10))
+    assert strategy_class().counts_positives_exactly(with_top)
+    assert not strategy_class().counts_positives_exactly(without_top)
+    assert not strategy_class().counts_positives_exactly(UniformSampler(2_000, 10))
+    assert not strategy_class(correct_positive=True).counts_positives_exactly(with_top)
+    uniform = UniformSampler(2_000, 10)
+    assert strategy_class(correct_positive=False).counts_positives_exactly(uniform)
 
 
 def test_configured_midx_is_sized_from_the_catalog(compose_config):
     from hydra.utils import instantiate
 
     cfg = compose_config(["sampler=midx"])
-    assert cfg.sampler.exact_top_codewords is None and cfg.loss.exact_positives is None
+    assert cfg.sampler.exact_top_codewords is None and cfg.negatives.correct_positive is None
     sampler = instantiate(cfg.sampler, num_items=100_000)
 
     assert sampler.exact_top_codewords == 6
-    assert instantiate(cfg.loss).counts_positives_exactly(sampler)
+    assert instantiate(cfg.negatives).counts_positives_exactly(sampler)
     assert (
         instantiate(compose_config(["sampler=midx_exact"]).sampler, num_items=1_000).exact_top
         is None

@@ -1,4 +1,4 @@
-"""Tests of the multi-label softmax losses (exact, sampled, and the sampler-driven module)."""
+"""Tests of the multi-label softmax losses (exact, sampled, and the module on drawn negatives)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import drawn_loss
 from torch import Tensor
 
 from recsys_midx.heads import DotHead
@@ -16,7 +17,7 @@ from recsys_midx.losses import (
     multilabel_full_softmax_loss,
     multilabel_sampled_softmax_loss,
 )
-from recsys_midx.samplers import FullSampler, InBatchSampler, UniformSampler
+from recsys_midx.samplers import InBatchSampler, UniformSampler
 
 NUM_ITEMS = 40
 DIM = 5
@@ -174,10 +175,14 @@ def test_losses_reject_bad_inputs() -> None:
 # --- MultiLabelSoftmaxLoss --------------------------------------------------------------------
 
 
-def test_module_with_full_sampler_is_the_mean_exact_loss() -> None:
+def test_module_on_the_whole_catalog_is_the_mean_exact_loss() -> None:
     query, item_emb = _problem()
-    loss = MultiLabelSoftmaxLoss(chunk_size=16)(
-        DotHead(temperature=0.5)(query), POSITIVES, item_emb, FullSampler(NUM_ITEMS)
+    loss = drawn_loss(
+        MultiLabelSoftmaxLoss(chunk_size=16),
+        DotHead(temperature=0.5)(query),
+        POSITIVES,
+        item_emb,
+        None,
     )
     torch.testing.assert_close(loss, _reference(query / 0.5, item_emb, POSITIVES).mean())
 
@@ -203,7 +208,9 @@ class _RecordingUniform(UniformSampler):
 def test_module_shows_the_sampler_the_positives_and_the_scaled_query() -> None:
     query, item_emb = _problem()
     sampler = _RecordingUniform()
-    loss = MultiLabelSoftmaxLoss()(DotHead(temperature=0.25)(query), POSITIVES, item_emb, sampler)
+    loss = drawn_loss(
+        MultiLabelSoftmaxLoss(), DotHead(temperature=0.25)(query), POSITIVES, item_emb, sampler
+    )
     loss.backward()
     (observed,) = sampler.targets
     assert sorted(observed.tolist()) == sorted(POSITIVES[POSITIVES > 0].tolist())
@@ -216,8 +223,8 @@ def test_module_shows_the_sampler_the_positives_and_the_scaled_query() -> None:
 
 def test_module_works_with_in_batch_negatives() -> None:
     query, item_emb = _problem()
-    loss = MultiLabelSoftmaxLoss()(
-        DotHead()(query), POSITIVES, item_emb, InBatchSampler(NUM_ITEMS, 8)
+    loss = drawn_loss(
+        MultiLabelSoftmaxLoss(), DotHead()(query), POSITIVES, item_emb, InBatchSampler(NUM_ITEMS, 8)
     )
     assert loss.shape == () and torch.isfinite(loss)
 

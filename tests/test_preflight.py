@@ -14,6 +14,10 @@ from recsys_midx.app import preflight, threads
 from recsys_midx.app import train as cli
 from recsys_midx.data.errors import EmptyFileError
 from recsys_midx.errors import ConfigError
+from recsys_midx.lit.table_optimizers import resolve_table_optimizer
+
+#: A run of two processes on two GPUs: Lightning reduces its gradients over NCCL.
+NCCL = ["trainer=ddp", "trainer.accelerator=gpu", "trainer.devices=2"]
 
 
 @pytest.mark.parametrize(
@@ -60,11 +64,18 @@ from recsys_midx.errors import ConfigError
         (["resume=nowhere/last.ckpt"], r"resume=nowhere/last\.ckpt: no such checkpoint file"),
         (
             ["task.module.table_optimizer=sgd"],
-            r"task\.module\.table_optimizer=sgd: choose auto, null, dense, sparse_adam or rowwise_",
+            r"task\.module\.table_optimizer=sgd: choose auto, null, sparse_adam or "
+            r"rowwise_adagrad$",
         ),
         (
             ["sampler=full", "task.module.table_optimizer=sparse_adam"],
-            r"task\.module\.table_optimizer=sparse_adam needs a sampled softmax: sampler=full",
+            r"task\.module\.table_optimizer=sparse_adam needs a sampled objective: the exact "
+            r"softmax \(negatives=none, sampler=full\) reads every row",
+        ),
+        (
+            [*NCCL, "task.module.table_optimizer=rowwise_adagrad"],
+            r"task\.module\.table_optimizer=rowwise_adagrad gives the item table sparse "
+            r"gradients, which NCCL does not all-reduce across processes",
         ),
         (
             ["task.module.table_optimizer=rowwise_adagrad", "trainer.gradient_clip_val=1.0"],
@@ -81,6 +92,21 @@ from recsys_midx.errors import ConfigError
                 "task.module.table_optimizer=sparse_adam",
             ],
             r"loss\.grad_through_stats=true reads the whole item table with a gradient",
+        ),
+        (
+            ["sampler=full", "negatives=shared"],
+            r"negatives=shared draws from a sampler and sampler=full has none",
+        ),
+        (
+            ["loss=sce", "negatives=per_query"],
+            r"loss=sce estimates the softmax over the catalog itself and takes no drawn negatives: "
+            r"set negatives=none \(not negatives=per_query\)$",
+        ),
+        (["loss=bce", "sampler=full"], r"loss=bce trains on drawn negatives"),
+        (["task=xc", "negatives=per_sequence"], r"negatives=per_sequence reads each batch's"),
+        (
+            ["loss=edrep", "negatives.exclude_window=true"],
+            r"negatives\.exclude_window=true with negatives=none needs loss=softmax: loss=edrep",
         ),
     ],
     ids=[
@@ -102,9 +128,15 @@ from recsys_midx.errors import ConfigError
         "resume-path",
         "table-optimizer",
         "table-optimizer-exact",
+        "table-optimizer-nccl",
         "table-optimizer-clipping",
         "table-optimizer-weight-decay",
         "table-optimizer-edrep-stats",
+        "sampler-full-shared",
+        "sce-drawn-negatives",
+        "bce-exact",
+        "xc-per-sequence",
+        "edrep-window",
     ],
 )
 def test_preflight_names_the_setting_as_the_user_writes_it(compose_config, overrides, message):
@@ -129,9 +161,15 @@ def test_preflight_names_the_setting_as_the_user_writes_it(compose_config, overr
         ["optimized_metric=test/ndcg@20"],
         ["optimized_metric=null"],
         ["resume=auto"],
-        ["task.module.table_optimizer=dense", "sampler=full"],
+        ["task.module.table_optimizer=null", "sampler=full"],
         ["task.module.table_optimizer=sparse_adam"],
         ["task=xc", "task.module.table_optimizer=rowwise_adagrad"],
+        ["loss=sce"],
+        ["loss=edrep", "task=xc"],
+        ["negatives=per_sequence", "task.datamodule.train_samples=last_window"],
+        ["negatives=outside_window", "sampler=uniform"],
+        ["negatives=shared", "head=mos"],
+        [*NCCL],
     ],
 )
 def test_preflight_accepts_working_setups(compose_config, overrides):
@@ -228,8 +266,9 @@ def test_resume_command_repeats_the_command_line_with_resume_and_the_run_folder(
         (["task.module.optimizer.weight_decay=0.01"], None),
         (["loss=edrep", "loss.grad_through_stats=true"], None),
         (["task.module.table_optimizer=null"], None),
-        (["task.module.table_optimizer=dense"], None),
         (["task.module.table_optimizer=sparse_adam"], "sparse_adam"),
+        (NCCL, None),
+        (["loss=sce"], "rowwise_adagrad"),
         (["task=xc"], None),
         (["task=xc", "task.module.table_optimizer=auto"], "rowwise_adagrad"),
     ],
@@ -241,8 +280,9 @@ def test_resume_command_repeats_the_command_line_with_resume_and_the_run_folder(
         "weight-decay",
         "edrep-stats",
         "null",
-        "dense",
         "named",
+        "nccl",
+        "sce-own-candidates",
         "xc-default",
         "xc-auto",
     ],
@@ -251,5 +291,6 @@ def test_auto_table_optimizer_is_sparse_wherever_a_sparse_update_can_go(
     compose_config, overrides, expected
 ):
     cfg = compose_config(overrides)
-    assert preflight.resolve_table_optimizer(cfg) == expected
+    needs = preflight.table_needs(cfg)
+    assert resolve_table_optimizer(cfg.task.module.table_optimizer, needs) == expected
     preflight.check(cfg)  # auto never makes a run the pre-flight refuses

@@ -1,7 +1,9 @@
-"""What the samplers declare about themselves, and the configs that repeat it."""
+"""What the samplers declare about themselves, the configs that repeat it, and the names and
+colours reports give them."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from pathlib import Path
 from typing import Any
@@ -10,15 +12,33 @@ import pytest
 from conftest import CONF_DIR, sampler_config_class
 from omegaconf import OmegaConf
 
-from recsys_midx.samplers import Sampler, sampler_classes
+from recsys_midx import samplers
+from recsys_midx.reports import run_names
+from recsys_midx.samplers import MIDXSampler, Sampler, UniformSampler
 
-SAMPLER_CONFIGS = sorted((CONF_DIR / "sampler").glob("*.yaml"))
+#: The sampler configs that build a sampler (``sampler=full`` builds none).
+SAMPLER_CONFIGS = [
+    path
+    for path in sorted((CONF_DIR / "sampler").glob("*.yaml"))
+    if sampler_config_class(path.stem) is not None
+]
+#: Every concrete sampler the package exports.
+SAMPLER_CLASSES = tuple(
+    kind
+    for kind in vars(samplers).values()
+    if isinstance(kind, type) and issubclass(kind, Sampler) and not inspect.isabstract(kind)
+)
 
 #: Config values that differ from their constructor's default on purpose, with the reason.
 JUSTIFIED = {
     ("lsh", "seed"): "${seed}: the run's seed",
     ("midx", "seed"): "${seed}: the run's seed",
     ("sir", "seed"): "${seed}: the run's seed",
+}
+#: Settings a base config leaves to the variant that uses them, with the variant.
+LEFT_TO_VARIANTS = {
+    ("midx", "pop_alpha"): "midx_pop",
+    ("midx", "pop_smoothing"): "midx_pop",
 }
 
 
@@ -43,7 +63,12 @@ def test_every_sampler_config_repeats_its_constructors_defaults(path: Path) -> N
     assert set(settings) <= set(defaults), f"{path.name} sets what the constructor does not take"
     if "_target_" not in raw:
         return  # a variant: the settings it changes are its point
-    assert set(settings) == set(defaults), f"{path.name} leaves settings out of the run's config"
+    left = {
+        key: variant for (config, key), variant in LEFT_TO_VARIANTS.items() if config == path.stem
+    }
+    assert set(settings) | set(left) == set(defaults), f"{path.name} leaves settings out"
+    for key, variant in left.items():  # the variant that uses a setting repeats its default
+        assert _raw(CONF_DIR / "sampler" / f"{variant}.yaml")[key] == defaults[key], (variant, key)
     for key, value in settings.items():
         if (path.stem, key) in JUSTIFIED:
             assert value != defaults[key], f"{path.stem}.{key} agrees now: drop it from JUSTIFIED"
@@ -59,16 +84,23 @@ def test_every_justified_difference_names_a_config_setting() -> None:
         assert key in names[config], (config, key)
 
 
-def test_every_sampler_declares_a_family_and_colour_of_its_own() -> None:
-    classes = sampler_classes()
-    families = [cls.family for cls in classes]
-    colours = [cls.colour for cls in classes]
+def test_reports_give_every_sampler_a_family_and_colour_of_its_own() -> None:
+    assert {kind.__name__ for kind in SAMPLER_CLASSES} <= set(run_names.SAMPLER_FAMILIES)
+    families, colours = zip(*run_names.SAMPLER_FAMILIES.values(), run_names.EXACT_FAMILY)
     assert len(set(families)) == len(families) and len(set(colours)) == len(colours)
+    assert run_names.OTHER_COLOUR not in colours
     # Each family has a config of its name, the name summaries give its runs.
-    assert set(families) <= {path.stem for path in SAMPLER_CONFIGS}
+    assert set(families) <= {path.stem for path in (CONF_DIR / "sampler").glob("*.yaml")}
 
 
-@pytest.mark.parametrize("cls", sampler_classes(), ids=lambda cls: cls.__name__)
+def test_midx_labels_leave_out_the_samplers_defaults() -> None:
+    defaults = MIDXSampler.defaults()
+    assert {key: defaults[key] for key in run_names.MIDX_LABEL_DEFAULTS} == (
+        run_names.MIDX_LABEL_DEFAULTS
+    )
+
+
+@pytest.mark.parametrize("cls", SAMPLER_CLASSES, ids=lambda cls: cls.__name__)
 def test_declared_choices_and_minimums_are_what_the_constructor_accepts(cls) -> None:
     for name, choices in cls.choices.items():
         for choice in choices:
@@ -81,7 +113,7 @@ def test_declared_choices_and_minimums_are_what_the_constructor_accepts(cls) -> 
             _quietly(cls, **{name: lowest - 1})
 
 
-@pytest.mark.parametrize("cls", sampler_classes(), ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("cls", SAMPLER_CLASSES, ids=lambda cls: cls.__name__)
 @pytest.mark.parametrize("num_items", [5, 80, 100_000])
 def test_settings_for_a_catalog_build_a_sampler_of_it(cls, num_items) -> None:
     settings = cls.settings_for(num_items)
@@ -94,9 +126,6 @@ def test_settings_for_a_catalog_build_a_sampler_of_it(cls, num_items) -> None:
 
 
 def test_small_catalogs_draw_fewer_negatives_from_fewer_cells() -> None:
-    from recsys_midx.samplers import FullSampler, MIDXSampler, UniformSampler
-
     assert UniformSampler.settings_for(80) == {"num_negatives": 20}
     assert MIDXSampler.settings_for(80) == {"num_negatives": 20, "num_codewords": 8}
     assert MIDXSampler.settings_for(1000) == {"num_codewords": 16}
-    assert FullSampler.settings_for(80) == {}

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
 from goodness_of_fit import chi_square_pvalue
 
 from recsys_midx.samplers import (
-    FullSampler,
     InBatchSampler,
     PopularitySampler,
     Sampler,
@@ -112,7 +109,6 @@ def _inbatch() -> InBatchSampler:
 SAMPLERS = {
     "uniform": lambda: UniformSampler(NUM_ITEMS, num_negatives=10),
     "popularity": _popularity,
-    "full": lambda: FullSampler(NUM_ITEMS),
     "inbatch": _inbatch,
 }
 
@@ -148,7 +144,7 @@ def sampler(request: pytest.FixtureRequest) -> Sampler:
 
 def test_sample_shapes_dtypes_and_range(sampler: Sampler) -> None:
     query = torch.randn(7, DIM, dtype=torch.float64)
-    num_samples = sampler.num_items if sampler.exhaustive else 13
+    num_samples = 13
     ids, log_q = sampler.sample(query, num_samples, generator=torch.Generator().manual_seed(0))
     assert ids.shape == log_q.shape == (7, num_samples)
     assert ids.dtype == torch.int64 and log_q.dtype == torch.float32
@@ -157,7 +153,7 @@ def test_sample_shapes_dtypes_and_range(sampler: Sampler) -> None:
 
 def test_log_prob_matches_sampled_log_q(sampler: Sampler) -> None:
     query = torch.randn(50, DIM)
-    num_samples = sampler.num_items if sampler.exhaustive else 20
+    num_samples = 20
     ids, log_q = sampler.sample(query, num_samples, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(sampler.log_prob(query, ids), log_q, rtol=0, atol=0)
 
@@ -183,7 +179,7 @@ def test_log_prob_of_padding_is_minus_inf(sampler: Sampler) -> None:
 
 def test_no_gradients_flow(sampler: Sampler) -> None:
     query = torch.randn(4, DIM, requires_grad=True)
-    num_samples = sampler.num_items if sampler.exhaustive else 5
+    num_samples = 5
     ids, log_q = sampler.sample(query, num_samples)
     assert not log_q.requires_grad and not sampler.log_prob(query, ids).requires_grad
 
@@ -218,26 +214,12 @@ def test_popularity_table_survives_dtype_casts() -> None:
 
 
 def test_stateless_samplers_round_trip_state_dict() -> None:
-    for make in (lambda: UniformSampler(NUM_ITEMS, 10), lambda: FullSampler(NUM_ITEMS)):
-        restored = make()
-        restored.load_state_dict(make().state_dict())
-        torch.testing.assert_close(
-            restored.log_prob(torch.zeros(1, DIM), _all_ids(restored)),
-            make().log_prob(torch.zeros(1, DIM), _all_ids(restored)),
-        )
-
-
-def test_full_sampler_enumerates_the_catalog() -> None:
-    sampler = FullSampler(5)
-    assert sampler.exhaustive and sampler.num_negatives == 5
-    for num_samples in (None, 5):
-        ids, log_q = sampler.sample(torch.randn(3, DIM), num_samples)
-        assert torch.equal(ids, torch.arange(1, 6).expand(3, 5))
-        torch.testing.assert_close(log_q, torch.full((3, 5), -math.log(5)))
-    with pytest.raises(ValueError, match="num_samples"):
-        sampler.sample(torch.randn(3, DIM), 4)
-    # A sweep may set num_negatives for every sampler: the exhaustive one ignores it.
-    assert FullSampler(5, num_negatives=4).num_negatives == 5
+    restored = UniformSampler(NUM_ITEMS, 10)
+    restored.load_state_dict(UniformSampler(NUM_ITEMS, 10).state_dict())
+    torch.testing.assert_close(
+        restored.log_prob(torch.zeros(1, DIM), _all_ids(restored)),
+        UniformSampler(NUM_ITEMS, 10).log_prob(torch.zeros(1, DIM), _all_ids(restored)),
+    )
 
 
 @pytest.mark.slow

@@ -6,14 +6,13 @@ import json
 
 import pytest
 import torch
-from conftest import TINY_RUN
+from conftest import TINY_RUN, drawn_loss
 from test_binary_losses import FEW_STEPS
 
 from recsys_midx.app.experiment import train
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import ScalableCrossEntropyLoss, bucketed_cross_entropy_loss
 from recsys_midx.losses.sce import bucket_members
-from recsys_midx.samplers import UniformSampler
 
 
 def _reference(query, item_emb, targets, rows, ids):
@@ -71,7 +70,7 @@ def test_the_loss_averages_over_the_covered_queries(mix_queries: bool) -> None:
     loss_fn = ScalableCrossEntropyLoss(4, 3, 5, mix_queries=mix_queries)
     output = DotHead()(torch.randn(6, 8, requires_grad=True))
     item_emb = torch.randn(21, 8, requires_grad=True)
-    loss = loss_fn(output, torch.arange(1, 7), item_emb, UniformSampler(20, 1))
+    loss = drawn_loss(loss_fn, output, torch.arange(1, 7), item_emb)
     loss.backward()
     assert loss.isfinite() and item_emb.grad.abs().sum() > 0
 
@@ -90,11 +89,11 @@ def test_debug_run_trains_and_tests(compose_config, tmp_path) -> None:
             "loss.num_buckets=8",
             "loss.bucket_queries=16",
             "loss.bucket_items=16",
-            "sampler=uniform",
-            "sampler.num_negatives=1",
         ]
     )
     results = train(cfg)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["config"]["loss"]["_target_"].endswith("ScalableCrossEntropyLoss")
+    # It draws its own candidates: loss=sce takes the whole catalog, and no sampler is built.
+    assert saved["negatives"] == "none" and saved["sampler"]["sizing"] == {}
     assert all(0.0 <= value <= 1.0 for value in results["metrics"].values())

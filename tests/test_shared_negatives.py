@@ -1,4 +1,4 @@
-"""Negatives shared by the whole batch (``loss.shared_negatives``): the draw follows the batch
+"""Negatives shared by the whole batch (``negatives=shared``): the draw follows the batch
 mixture of the queries' proposals with its exact ``log q``, and the losses score the shared
 negatives as they would score a copy of them for every query."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from conftest import TINY_RUN, sampler_overrides
+from conftest import TINY_RUN, drawn_loss, sampler_overrides
 from goodness_of_fit import chi_square_pvalue
 from torch import Tensor
 
@@ -19,16 +19,14 @@ from recsys_midx.heads import DotHead, Head, MoEHead, MoSHead, PLIFHead, SigSoft
 from recsys_midx.losses import (
     MultiLabelSoftmaxLoss,
     SoftmaxLoss,
-    draw_shared_negatives,
     full_softmax_loss,
     head_sampled_softmax_loss,
     multilabel_head_sampled_softmax_loss,
     multilabel_sampled_softmax_loss,
     sampled_softmax_loss,
 )
-from recsys_midx.losses.negatives import exact_positive_log_q
+from recsys_midx.negatives import SharedByBatch, draw_shared_negatives, exact_positive_log_q
 from recsys_midx.samplers import (
-    FullSampler,
     InBatchSampler,
     MIDXSampler,
     PopularitySampler,
@@ -88,7 +86,7 @@ def _mixture_log_q(sampler: Sampler, queries: Tensor, ids: Tensor) -> Tensor:
 
 def test_only_the_query_dependent_sampler_says_so() -> None:
     assert UniformSampler.query_independent and PopularitySampler.query_independent
-    assert InBatchSampler.query_independent and FullSampler.query_independent
+    assert InBatchSampler.query_independent
     assert not MIDXSampler.query_independent
 
 
@@ -141,7 +139,7 @@ def test_component_queries_pool_into_one_mixture() -> None:
 
 
 def test_many_queries_are_scored_in_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import recsys_midx.losses.negatives as negatives
+    import recsys_midx.negatives.shared as negatives
 
     sampler = _midx()
     queries = torch.randn(7, DIM, generator=_generator(6))
@@ -364,17 +362,18 @@ def test_objective_draws_once_for_the_batch(head_name: str, multilabel: bool) ->
     loss_class = MultiLabelSoftmaxLoss if multilabel else SoftmaxLoss
     sampler = _midx()
     torch.manual_seed(11)
-    loss = loss_class(shared_negatives=True)(head(query), wanted, items, sampler)
+    loss = drawn_loss(loss_class(), head(query), wanted, items, sampler, SharedByBatch())
     torch.manual_seed(11)
     z, log_prior, transform = head(query)
     drawn = draw_shared_negatives(sampler, z, wanted)
     assert drawn.ids.shape == (NUM_NEGATIVES,)
     functions = loss_class.functions
+    negatives = (drawn.ids, drawn.log_q, drawn.positive_log_q)
     if z.dim() == 2 and transform is None:
-        expected = functions.sampled(z, items, wanted, *drawn)
+        expected = functions.sampled(z, items, wanted, *negatives)
     else:
         expected = functions.head_sampled(
-            z, log_prior, items, wanted, *drawn, transform or (lambda s: s)
+            z, log_prior, items, wanted, *negatives, transform or (lambda s: s)
         )
     torch.testing.assert_close(loss, expected.mean())
     loss.backward()
@@ -385,35 +384,39 @@ def test_objective_with_exact_positives_counts_them_exactly() -> None:
     query, items, targets, _ = _problem()
     sampler = _midx()
     torch.manual_seed(12)
-    loss = SoftmaxLoss(exact_positives=True, shared_negatives=True)(
-        DotHead()(query), targets, items, sampler
-    )
+    strategy = SharedByBatch(correct_positive=False)
+    loss = drawn_loss(SoftmaxLoss(), DotHead()(query), targets, items, sampler, strategy)
     torch.manual_seed(12)
     drawn = draw_shared_negatives(sampler, query, targets, exact_positives=True)
     torch.testing.assert_close(drawn.positive_log_q, exact_positive_log_q(targets, NUM_NEGATIVES))
-    expected = sampled_softmax_loss(query, items, targets, *drawn).mean()
+    expected = sampled_softmax_loss(
+        query, items, targets, drawn.ids, drawn.log_q, drawn.positive_log_q
+    ).mean()
     torch.testing.assert_close(loss, expected)
 
 
-def test_exhaustive_sampler_ignores_shared_negatives() -> None:
+def test_sampler_full_takes_the_whole_catalog_whatever_the_negatives_were(compose_config) -> None:
     query, items, targets, _ = _problem()
-    loss = SoftmaxLoss(shared_negatives=True)(
-        DotHead()(query), targets, items, FullSampler(NUM_ITEMS)
-    )
+    loss = drawn_loss(SoftmaxLoss(), DotHead()(query), targets, items, None)
     torch.testing.assert_close(loss, full_softmax_loss(query, items, targets).mean())
-
-
-def test_loss_configs_default_to_negatives_per_query(compose_config) -> None:
     for overrides in ([], ["task=xc"]):
-        assert compose_config(overrides).loss.shared_negatives is False
+        assert compose_config([*overrides, "sampler=full"]).negatives._target_.endswith(
+            "NoNegatives"
+        )
+
+
+def test_configs_default_to_negatives_per_query(compose_config) -> None:
+    for overrides in ([], ["task=xc"]):
+        assert compose_config(overrides).negatives._target_.endswith(".PerQuery")
 
 
 @pytest.mark.slow
 def test_seqrec_trains_with_shared_negatives(compose_config, tmp_path) -> None:
-    cfg = compose_config([*TINY_RUN, *sampler_overrides("midx"), "loss.shared_negatives=true"])
+    cfg = compose_config([*TINY_RUN, *sampler_overrides("midx"), "negatives=shared"])
     results = train(cfg)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert saved["config"]["loss"]["shared_negatives"] is True
+    assert saved["config"]["negatives"]["_target_"].endswith("SharedByBatch")
+    assert saved["negatives"] == "shared"
     assert saved["epochs_run"] == 2
     assert all(
         0.0 <= value <= 1.0

@@ -44,7 +44,7 @@ def test_per_query_negatives_over_windows_are_refused_with_the_cures(compose_con
         "sampler.num_negatives=3000 with task.datamodule.batch_size=512 x model.max_len=200 "
         "queries (task.datamodule.train_samples=windows) gathers about 151.1 GiB of item rows, "
         "logits and gradients per training step, more than the 64.0 GiB of host memory "
-        "available: set loss.shared_negatives=true, or lower sampler.num_negatives or "
+        "available: set negatives=shared, or lower sampler.num_negatives or "
         "task.datamodule.batch_size (preflight.memory=false skips this check)"
     )
     assert "\n" not in message
@@ -52,7 +52,7 @@ def test_per_query_negatives_over_windows_are_refused_with_the_cures(compose_con
 
 def test_shared_negatives_make_the_same_run_fit(compose_config, machine):
     machine(64 * GIB)
-    preflight.check(compose_config([*WINDOWS_3000, "loss.shared_negatives=true"]))
+    preflight.check(compose_config([*WINDOWS_3000, "negatives=shared"]))
 
 
 def test_the_check_can_be_turned_off(compose_config, machine):
@@ -103,9 +103,9 @@ def test_a_small_machine_refuses_what_a_big_one_runs(compose_config, machine):
             ),
         ),
         (
-            ["loss.shared_negatives=true", "sampler.num_negatives=100000"],
+            ["negatives=shared", "sampler.num_negatives=100000"],
             (
-                r"sampler\.num_negatives=100000 shared \(loss\.shared_negatives=true\) with "
+                r"sampler\.num_negatives=100000 shared \(negatives=shared\) with "
                 r"task\.datamodule\.batch_size=512 queries scores .*: "
                 r"lower sampler\.num_negatives or task\.datamodule\.batch_size"
             ),
@@ -133,9 +133,7 @@ def test_estimate_counts_rows_and_logits_with_their_gradients(compose_config):
     )
     assert estimate.bytes == 8 * (64 + 1) * estimate.rows + 8 * estimate.scores
 
-    shared = step_memory.estimate_step_memory(
-        compose_config([*WINDOWS_3000, "loss.shared_negatives=true"])
-    )
+    shared = step_memory.estimate_step_memory(compose_config([*WINDOWS_3000, "negatives=shared"]))
     assert shared.rows == queries + 3000 and shared.scores == queries * 3001
 
     # MoS: each of the K=4 components draws ceil(M/K) negatives and scores all of them.

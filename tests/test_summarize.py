@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from recsys_midx.reports import summary_plots
+from recsys_midx.reports import run_names, summary_plots
 from recsys_midx.reports.time_to_quality import time_to_quality, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,45 +146,71 @@ def test_heads_and_objectives_are_groups_of_their_own(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    table = pd.read_csv(tmp_path / "report" / "summary.csv").set_index("head")
-    assert sorted(table.index) == ["dot", "dot, EDRepLoss", "plif"]
-    assert table.loc["dot", "seeds"] == 2 and table.loc["plif", "seeds"] == 1
+    table = pd.read_csv(tmp_path / "report" / "summary.csv").set_index(["head", "sampler"])
+    # EDRep estimates the softmax itself: it names its runs, as SCE does.
+    assert sorted(table.index) == [("dot", "edrep"), ("dot", "full"), ("plif", "full")]
+    assert table.loc[("dot", "full"), "seeds"] == 2 and table.loc[("plif", "full"), "seeds"] == 1
+
+
+def _name(sampler: dict, loss: dict, callbacks: dict | None = None, result=None, **rest) -> str:
+    config = {"sampler": sampler, "loss": loss, "callbacks": callbacks or {}, **rest}
+    return run_names.sampler_label(config, result)
 
 
 def test_sampler_names_show_non_default_midx_settings_and_exact_positives() -> None:
-    from recsys_midx.app.summarize import _sampler_name
-
     midx = {"_target_": "recsys_midx.samplers.MIDXSampler", "num_codewords": 64}
-    softmax = {"_target_": "recsys_midx.losses.SoftmaxLoss", "exact_positives": False}
+    softmax = {"_target_": "recsys_midx.losses.SoftmaxLoss"}
     default_refresh = {"sampler_refresh": {"every_n_epochs": 1, "every_n_steps": 0}}
-    assert _sampler_name(midx, softmax, default_refresh) == "midx[pq,uniform]"
+    assert _name(midx, softmax, default_refresh) == "midx[pq,uniform]"
     finer = {**midx, "num_codewords": 256, "quantizer": "rq"}
     every_10_steps = {"sampler_refresh": {"every_n_epochs": 1, "every_n_steps": 10}}
-    refreshed = _sampler_name(finer, softmax, every_10_steps)
+    refreshed = _name(finer, softmax, every_10_steps)
     assert refreshed == "midx[rq,uniform,K=256,refresh/10 steps]"
     # Runs from before the schedule moved to the callback kept it in the sampler.
     older = {**finer, "refresh_every_n_steps": 10}
-    assert _sampler_name(older, softmax) == "midx[rq,uniform,K=256,refresh/10 steps]"
+    assert _name(older, softmax) == "midx[rq,uniform,K=256,refresh/10 steps]"
     top = {**midx, "exact_top_codewords": 8}
-    exact_positives = {**softmax, "exact_positives": True}
-    assert _sampler_name(top, exact_positives) == "midx[pq,uniform,exact top 8], exact positives"
+    exact = {"_target_": "recsys_midx.negatives.PerQuery", "correct_positive": False}
+    labelled = "midx[pq,uniform,exact top 8], exact positives"
+    assert _name(top, softmax, negatives=exact) == labelled
     # Sized from the catalog: the run's results say what was used.
     sized = {**midx, "exact_top_codewords": None}
-    left_to_sampler = {**softmax, "exact_positives": None}
+    left_to_sampler = {**exact, "correct_positive": None}
     result = {"sampler": {"sizing": {"exact_top_codewords": 6}}, "exact_positives": True}
     assert (
-        _sampler_name(sized, left_to_sampler, default_refresh, result)
+        _name(sized, softmax, default_refresh, result, negatives=left_to_sampler)
         == "midx[pq,uniform,exact top 6], exact positives"
     )
     uniform = {"_target_": "recsys_midx.samplers.UniformSampler"}
-    assert _sampler_name(uniform, exact_positives) == "uniform, exact positives"
-    shared = {**exact_positives, "shared_negatives": True}
-    assert _sampler_name(uniform, shared) == "uniform, shared, exact positives"
-    # EDRep's exact positives are its own (the sampler's negatives are not used).
+    assert _name(uniform, softmax, negatives=exact) == "uniform, exact positives"
+    shared = {**exact, "_target_": "recsys_midx.negatives.SharedByBatch"}
+    assert _name(uniform, softmax, negatives=shared) == "uniform, shared, exact positives"
+    per_sequence = {"_target_": "recsys_midx.negatives.PerSequence"}
+    assert (
+        _name(top, softmax, negatives=per_sequence) == "midx[pq,uniform,exact top 8], per sequence"
+    )
+    # EDRep estimates the softmax itself: its exact positives are its own, and it names the run.
     edrep = {"_target_": "recsys_midx.losses.EDRepLoss", "exact_positives": True}
-    assert _sampler_name(uniform, edrep) == "uniform"
+    none = {"_target_": "recsys_midx.negatives.NoNegatives"}
+    assert _name(uniform, edrep, negatives=none) == "edrep"
+    assert _name({"num_negatives": None}, softmax, negatives=none) == "full"
+
+
+def test_runs_recorded_before_the_negatives_group_keep_their_names() -> None:
+    uniform = {"_target_": "recsys_midx.samplers.UniformSampler"}
+    exact_positives = {"_target_": "recsys_midx.losses.SoftmaxLoss", "exact_positives": True}
+    assert _name(uniform, exact_positives) == "uniform, exact positives"
+    shared = {**exact_positives, "shared_negatives": True}
+    assert _name(uniform, shared) == "uniform, shared, exact positives"
+    window = {"_target_": "recsys_midx.losses.WindowSoftmaxLoss", "negatives": "outside"}
+    assert _name(uniform, window) == "uniform, outside window"
+    proposal = {**window, "negatives": "proposal"}
+    midx = {"_target_": "recsys_midx.samplers.MIDXSampler"}
+    assert _name(midx, proposal) == "midx[pq,uniform], per sequence"
     full = {"_target_": "recsys_midx.samplers.FullSampler"}
-    assert _sampler_name(full, exact_positives) == "full"
+    assert _name(full, exact_positives) == "full"
+    config = {"sampler": full, "loss": exact_positives}
+    assert (run_names.family(config), run_names.colour(config)) == run_names.EXACT_FAMILY
 
 
 def _summarize_module():
@@ -265,20 +291,18 @@ def test_a_setting_already_named_by_the_row_adds_no_label(tmp_path: Path) -> Non
     assert set(runs["settings"]) == {""}
 
 
-def test_runs_carry_the_family_and_colour_their_sampler_declares(tmp_path: Path) -> None:
-    from recsys_midx.samplers import FullSampler, UniformSampler
-
+def test_runs_carry_the_family_and_colour_reports_give_their_sampler(tmp_path: Path) -> None:
     summarize = _summarize_module()
     runs = summarize.load_runs([_write_two_samplers(tmp_path)]).set_index("sampler")
-    for kind in (FullSampler, UniformSampler):
-        assert tuple(runs.loc[kind.family, ["family", "colour"]]) == (kind.family, kind.colour)
+    for family, colour in (run_names.EXACT_FAMILY, run_names.SAMPLER_FAMILIES["UniformSampler"]):
+        assert tuple(runs.loc[family, ["family", "colour"]]) == (family, colour)
     softmax = {"_target_": "recsys_midx.losses.SoftmaxLoss"}
     midx = {"_target_": "recsys_midx.samplers.MIDXSampler", "quantizer": "rq"}
-    assert summarize._sampler_name(midx, softmax) == "midx[rq,uniform]"
+    assert _name(midx, softmax) == "midx[rq,uniform]"
     # A sampler from outside the package is named by its class.
-    assert summarize._sampler_name({"_target_": "my_package.WeightedSampler"}, softmax) == (
-        "weighted"
-    )
+    foreign = {"sampler": {"_target_": "my_package.WeightedSampler"}, "loss": softmax}
+    assert run_names.sampler_label(foreign) == "weighted"
+    assert run_names.colour(foreign) == run_names.OTHER_COLOUR
 
 
 def test_an_objective_picking_its_own_candidates_names_the_run(tmp_path: Path) -> None:
@@ -289,7 +313,7 @@ def test_an_objective_picking_its_own_candidates_names_the_run(tmp_path: Path) -
     runs = summarize.load_runs([tmp_path]).set_index("sampler")
     assert tuple(runs.loc["sce", ["head", "family"]]) == ("dot", "sce")
     assert pd.isna(runs.loc["sce", "negatives"])
-    assert runs.loc["sce", "colour"] == summarize.OTHER_COLOUR
+    assert runs.loc["sce", "colour"] == run_names.OTHER_COLOUR
     assert runs.loc["uniform", "negatives"] == 32
     labels = summary_plots.with_labels(runs.reset_index()).set_index("sampler")["label"]
     assert labels.to_dict() == {"sce": "sce", "uniform": "uniform (M=32)"}

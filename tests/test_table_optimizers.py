@@ -3,17 +3,29 @@ that changes only the rows it read, the default (`auto`) and the dense update le
 
 from __future__ import annotations
 
+import functools
+
+import lightning as L
 import pytest
 import torch
 from conftest import TINY_RUN, TINY_XC_RUN, sampler_overrides
 from torch import nn
 
 from recsys_midx.app.experiment import build
+from recsys_midx.errors import ConfigError
+from recsys_midx.heads import DotHead
+from recsys_midx.lit import SeqRecModule
 from recsys_midx.lit.table_optimizers import (
     ROWWISE_ADAGRAD_LR,
     RowwiseAdagrad,
     TableAndDenseOptimizer,
+    TableNeeds,
+    resolve_table_optimizer,
+    sparse_update_conflict,
 )
+from recsys_midx.losses import SoftmaxLoss
+from recsys_midx.models import SASRec
+from recsys_midx.samplers import UniformSampler
 from recsys_midx.scoring import lookup_rows, mark_sparse_rows
 
 ROWS, DIM, STEPS = 12, 4, 5
@@ -114,7 +126,7 @@ def _first_step(compose_config, overrides: list[str]):
     [
         [*TINY_RUN, *sampler_overrides("uniform")],
         [*TINY_RUN, *sampler_overrides("midx_plain")],
-        [*TINY_RUN, *sampler_overrides("uniform"), "loss.shared_negatives=true", "head=mos"],
+        [*TINY_RUN, *sampler_overrides("uniform"), "negatives=shared", "head=mos"],
         [*TINY_RUN, *sampler_overrides("uniform"), "loss=edrep"],
         [*TINY_RUN, *sampler_overrides("uniform"), "loss=bce"],
         [*TINY_RUN, *sampler_overrides("uniform"), "loss=sce"],
@@ -199,3 +211,51 @@ def test_composite_checkpoints_both_states(compose_config):
     assert restored.state_dict()["table"]["state"][0]["step"] == 1
     assert len(restored.state) == len(optimizer.state)
     assert [g["lr"] for g in restored.param_groups] == [g["lr"] for g in optimizer.param_groups]
+
+
+def _sparse_module(**adam: float) -> SeqRecModule:
+    return SeqRecModule(
+        SASRec(num_items=30, dim=8, max_len=5),
+        DotHead(),
+        UniformSampler(30, 4),
+        SoftmaxLoss(),
+        functools.partial(torch.optim.Adam, **adam),
+        table_optimizer="rowwise_adagrad",
+    )
+
+
+def test_the_module_refuses_what_a_sparse_table_cannot_serve_in_one_line() -> None:
+    # Through the Python API too, without a pre-flight: weight decay would silently skip the
+    # table, clipping would fail with torch's bare NotImplementedError on a sparse gradient.
+    decayed = _sparse_module(weight_decay=0.01)
+    with pytest.raises(ConfigError, match=r"^task\.module\.optimizer\.weight_decay=0\.01 would"):
+        decayed.configure_optimizers()
+    clipped = _sparse_module()
+    clipped.trainer = L.Trainer(gradient_clip_val=1.0, accelerator="cpu", logger=False)
+    with pytest.raises(ConfigError, match=r"^trainer\.gradient_clip_val=1\.0 cannot clip"):
+        clipped.configure_optimizers()
+    with pytest.raises(ConfigError, match=r"needs a sampled objective: the exact softmax"):
+        SeqRecModule(
+            SASRec(num_items=30, dim=8, max_len=5),
+            DotHead(),
+            None,
+            SoftmaxLoss(),
+            functools.partial(torch.optim.Adam),
+            table_optimizer="sparse_adam",
+        )
+    _sparse_module().configure_optimizers()  # neither: the composite optimizer
+
+
+def test_auto_keeps_the_dense_update_where_a_sparse_one_cannot_go() -> None:
+    for needs in (
+        TableNeeds(exact_softmax=True),
+        TableNeeds(gradient_clip_val=0.5),
+        TableNeeds(weight_decay=1e-4),
+        TableNeeds(grad_through_stats=True),
+        TableNeeds(nccl=True),
+    ):
+        assert resolve_table_optimizer("auto", needs) is None, needs
+        assert sparse_update_conflict("rowwise_adagrad", needs) is not None, needs
+    assert resolve_table_optimizer("auto", TableNeeds()) == "rowwise_adagrad"
+    assert resolve_table_optimizer("sparse_adam", TableNeeds()) == "sparse_adam"
+    assert resolve_table_optimizer(None, TableNeeds()) is None

@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, TINY_RUN, sampler_overrides
+from hydra.utils import instantiate
 
-from recsys_midx.app.experiment import _warn_exact_top_without_exact_positives, build, train
+from recsys_midx.app.experiment import build, train, warn_top_cells_with_corrected_positive
 from recsys_midx.app.threads import DEFAULT_CAP, available_cores
 
+#: The sampler each ``sampler=`` config builds (``full`` builds none: the exact softmax).
 SAMPLERS = {
-    "full": "FullSampler",
+    "full": None,
     "uniform": "UniformSampler",
     "popularity": "PopularitySampler",
     "inbatch": "InBatchSampler",
@@ -47,7 +49,11 @@ def test_every_sampler_and_model_trains_and_tests(compose_config, tmp_path, samp
         for metric in ("hr", "ndcg", "mrr"):
             for k in (10, 20):
                 assert 0.0 <= saved["metrics"][f"{split}/{metric}@{k}"] <= 1.0
-    assert saved["config"]["sampler"]["_target_"].endswith(SAMPLERS[sampler])
+    if SAMPLERS[sampler] is None:
+        assert saved["negatives"] == "none" and "_target_" not in saved["config"]["sampler"]
+    else:
+        assert saved["config"]["sampler"]["_target_"].endswith(SAMPLERS[sampler])
+        assert saved["negatives"] == "per_query"
     assert saved["epochs_run"] == 2
     assert saved["best_epoch"] in (0, 1)
     assert saved["dataset"]["items"] <= 80
@@ -152,7 +158,7 @@ def test_experiment_composes_to_its_overrides_and_yields_to_the_command_line(
     named = compose_config(["experiment=synthetic-100k", f"sampler={sampler}"])
     spelled_out = compose_config([*SYNTHETIC_100K, f"sampler={sampler}"])
     assert named == spelled_out
-    assert named.sampler._target_.endswith(SAMPLERS[sampler])
+    assert named.sampler.get("_target_", "").endswith(SAMPLERS[sampler] or "")
     later = compose_config(["experiment=synthetic-100k", "sampler.num_negatives=8", "model.dim=16"])
     assert (later.sampler.num_negatives, later.model.dim) == (8, 16)
     assert later.dataset.num_items == 100000
@@ -161,25 +167,31 @@ def test_experiment_composes_to_its_overrides_and_yields_to_the_command_line(
 @pytest.mark.parametrize(
     ("overrides", "warned"),
     [
-        (["sampler.exact_top_codewords=2", "loss.exact_positives=false"], True),
-        (["sampler.exact_top_codewords=2", "loss.exact_positives=true"], False),
+        (["sampler.exact_top_codewords=2", "negatives.correct_positive=true"], True),
+        (["sampler.exact_top_codewords=2", "negatives.correct_positive=false"], False),
         (["sampler.exact_top_codewords=2"], False),
-        (["sampler.exact_top_codewords=0", "loss.exact_positives=false"], False),
+        (["sampler.exact_top_codewords=0", "negatives.correct_positive=true"], False),
+        # Sized from the catalog (the default null): the built sampler says what it uses.
+        (["negatives.correct_positive=true"], True),
+        (["negatives=shared", "negatives.correct_positive=true"], True),
     ],
     ids=[
         "top-cells-usual-correction",
         "top-cells-exact-positives",
-        "top-cells-loss-follows",
+        "top-cells-strategy-follows",
         "no-top-cells",
+        "sized-top-cells-usual-correction",
+        "shared-usual-correction",
     ],
 )
 def test_exact_top_cells_without_exact_positives_are_flagged(
     compose_config, caplog, overrides, warned
 ):
     cfg = compose_config(["sampler=midx", *overrides])
+    sampler = instantiate(cfg.sampler, num_items=100_000)
     with caplog.at_level(logging.WARNING, logger="recsys_midx.app.experiment"):
-        assert _warn_exact_top_without_exact_positives(cfg) is warned
-    assert ("loss.exact_positives=true" in caplog.text) is warned
+        assert warn_top_cells_with_corrected_positive(sampler, instantiate(cfg.negatives)) is warned
+    assert ("negatives.correct_positive=true" in caplog.text) is warned
 
 
 @pytest.mark.slow
@@ -209,10 +221,10 @@ def test_resumed_run_keeps_the_checkpointed_midx_proposal(compose_config, tmp_pa
         sampler_overrides("inbatch"),
         [*sampler_overrides("midx"), "head=moe"],
         [*sampler_overrides("dns"), "+trainer.precision=bf16-mixed"],
-        [*sampler_overrides("uniform"), "loss=window_softmax"],
+        [*sampler_overrides("uniform"), "negatives=outside_window"],
         [*sampler_overrides("midx"), "model.separate_output_table=true"],
     ],
-    ids=["inbatch", "midx-moe", "dns-bf16", "window-softmax", "midx-separate-output-table"],
+    ids=["inbatch", "midx-moe", "dns-bf16", "outside-window", "midx-separate-output-table"],
 )
 def test_sparse_table_optimizers_train_and_test(compose_config, overrides, table_optimizer):
     cfg = compose_config(

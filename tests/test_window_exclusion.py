@@ -1,4 +1,4 @@
-"""Negatives outside each query's training sequence (loss.exclude_window)."""
+"""Negatives outside each query's training sequence (negatives.exclude_window)."""
 
 from __future__ import annotations
 
@@ -7,24 +7,31 @@ import math
 
 import pytest
 import torch
-from conftest import FEW_STEPS, TINY_RUN
+from conftest import FEW_STEPS, TINY_RUN, drawn_loss
 
 from recsys_midx.app.experiment import train
-from recsys_midx.app.preflight import check_loss_negatives
+from recsys_midx.app.preflight import check_negatives
 from recsys_midx.errors import ConfigError
 from recsys_midx.heads import DotHead
 from recsys_midx.losses import (
     BCELoss,
-    SequenceWindows,
     SoftmaxLoss,
     binary_cross_entropy_loss,
-    draw_negatives,
     full_softmax_loss_outside_windows,
     head_sampled_softmax_loss,
     sampled_softmax_loss,
+)
+from recsys_midx.negatives import (
+    Negatives,
+    NoNegatives,
+    PerQuery,
+    QueryBatch,
+    SequenceWindows,
+    SharedByBatch,
+    draw_negatives,
     window_hits,
 )
-from recsys_midx.samplers import FullSampler, PopularitySampler, UniformSampler
+from recsys_midx.samplers import PopularitySampler, UniformSampler
 
 NUM_ITEMS = 9
 
@@ -155,54 +162,63 @@ def test_bce_leaves_the_window_negatives_out() -> None:
 
 
 @pytest.mark.parametrize(
-    "loss_fn", [SoftmaxLoss(exclude_window=True), BCELoss(exclude_window=True)]
+    ("loss_fn", "strategy"),
+    [
+        (SoftmaxLoss(), PerQuery(exclude_window=True)),
+        (BCELoss(), SharedByBatch(exclude_window=True)),
+        (SoftmaxLoss(), NoNegatives(exclude_window=True)),
+    ],
 )
-def test_a_call_without_the_sequences_is_refused(loss_fn: torch.nn.Module) -> None:
-    assert loss_fn.per_sequence and not type(loss_fn).per_sequence
-    with pytest.raises(ValueError, match="loss.exclude_window=true needs each batch's training"):
-        loss_fn(
-            DotHead()(torch.randn(2, 4)),
-            torch.tensor([1, 2]),
-            torch.randn(5, 4),
-            UniformSampler(4, 2),
-        )
+def test_a_draw_without_the_sequences_is_refused(loss_fn, strategy) -> None:
+    assert strategy.needs_windows and not PerQuery().needs_windows
+    output, sampler = DotHead()(torch.randn(2, 4)), UniformSampler(4, 2)
+    with pytest.raises(ValueError, match="negatives.exclude_window=true needs each batch's"):
+        drawn_loss(loss_fn, output, torch.tensor([1, 2]), torch.randn(5, 4), sampler, strategy)
+
+
+@pytest.mark.parametrize(
+    "strategy", [PerQuery(exclude_window=True), SharedByBatch(exclude_window=True)]
+)
+def test_strategies_mark_the_drawn_ids_in_each_query_window(strategy) -> None:
+    query, _, sequences = _case()
+    batch = QueryBatch(query.detach().float(), TARGETS, WINDOWS, POSITIONS, NUM_ITEMS)
+    drawn = strategy(batch, UniformSampler(NUM_ITEMS, 6))
+    assert torch.equal(drawn.excluded, window_hits(drawn.ids, sequences))
+    assert torch.equal(drawn.sequences.rows, sequences.rows)
 
 
 def test_exact_loss_of_a_transforming_head_is_refused() -> None:
     query = torch.randn(1, 3)
     output = DotHead()(query)._replace(transform=torch.tanh)
+    negatives = Negatives(
+        "catalog",
+        sequences=SequenceWindows.of_batch(torch.tensor([[2, 3]]), torch.tensor([[True]])),
+    )
     with pytest.raises(ValueError, match="takes only the plain dot product"):
-        SoftmaxLoss(exclude_window=True)(
-            output,
-            torch.tensor([3]),
-            torch.randn(5, 3),
-            FullSampler(4),
-            windows=torch.tensor([[2, 3]]),
-            positions=torch.tensor([[True]]),
-        )
+        SoftmaxLoss()(output, torch.tensor([3]), torch.randn(5, 3), negatives)
 
 
 def test_task_xc_and_an_exact_mixture_head_are_refused(compose_config) -> None:
-    with pytest.raises(ConfigError, match=r"^loss.exclude_window=true leaves out each training"):
-        check_loss_negatives(compose_config(["task=xc", "+loss.exclude_window=true"]))
-    with pytest.raises(ConfigError, match=r"^loss.exclude_window=true with sampler=full takes"):
-        check_loss_negatives(
-            compose_config(["loss.exclude_window=true", "sampler=full", "head=mos"])
+    with pytest.raises(ConfigError, match=r"^negatives.exclude_window=true reads each batch's"):
+        check_negatives(compose_config(["task=xc", "negatives.exclude_window=true"]))
+    with pytest.raises(ConfigError, match=r"^negatives.exclude_window=true takes only head=dot"):
+        check_negatives(
+            compose_config(["negatives.exclude_window=true", "sampler=full", "head=mos"])
         )
-    check_loss_negatives(compose_config(["loss.exclude_window=true", "sampler=full"]))
+    check_negatives(compose_config(["negatives.exclude_window=true", "sampler=full"]))
 
 
 @pytest.mark.parametrize(
     "overrides",
     [
         ["sampler=full"],
-        ["sampler=uniform", "sampler.num_negatives=8", "loss.shared_negatives=true"],
+        ["sampler=uniform", "sampler.num_negatives=8", "negatives=shared"],
         ["loss=bce", "sampler=uniform", "sampler.num_negatives=2"],
     ],
 )
 def test_debug_run_trains_and_tests(compose_config, tmp_path, overrides: list[str]) -> None:
-    cfg = compose_config([*TINY_RUN, *FEW_STEPS, *overrides, "loss.exclude_window=true"])
+    cfg = compose_config([*TINY_RUN, *FEW_STEPS, *overrides, "negatives.exclude_window=true"])
     results = train(cfg)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert saved["config"]["loss"]["exclude_window"] is True
+    assert saved["config"]["negatives"]["exclude_window"] is True
     assert all(0.0 <= value <= 1.0 for value in results["metrics"].values())

@@ -1,4 +1,6 @@
-"""Negatives per training sequence, outside it, shared by its positions (loss=window_softmax)."""
+"""Negatives per training sequence, shared by its positions: drawn outside it
+(``negatives=outside_window``) or from the proposal (``negatives=per_sequence``), and the softmax
+that scores each position against its sequence's (:func:`window_softmax_loss`)."""
 
 from __future__ import annotations
 
@@ -7,21 +9,22 @@ import math
 
 import pytest
 import torch
-from conftest import TINY_RUN
+from conftest import TINY_RUN, drawn_loss
 from goodness_of_fit import chi_square_pvalue
 from test_binary_losses import FEW_STEPS
 
 from recsys_midx.app.experiment import train
-from recsys_midx.app.preflight import check_loss_negatives
+from recsys_midx.app.preflight import check_negatives
 from recsys_midx.errors import ConfigError
 from recsys_midx.heads import DotHead
-from recsys_midx.losses import (
+from recsys_midx.losses import SoftmaxLoss, window_softmax_loss
+from recsys_midx.negatives import (
+    OutsideWindow,
+    PerSequence,
     SequenceWindows,
-    WindowSoftmaxLoss,
     draw_from_proposal,
     draw_outside_windows,
     merge_repeated_draws,
-    window_softmax_loss,
 )
 from recsys_midx.samplers import MIDXSampler
 
@@ -106,7 +109,7 @@ def test_table_gradient_matches_autograd_through_the_scores() -> None:
     torch.testing.assert_close(item_emb.grad, reference.grad)
 
 
-# loss.negatives=proposal: two sequences of a 40-item catalog, one with padding; MIDX's proposal
+# negatives=per_sequence: two sequences of a 40-item catalog, one with padding; MIDX's proposal
 # depends on the query, so drawing at the wrong query or weighting by the wrong q shows.
 NUM_ITEMS = 40
 WINDOWS = torch.tensor([[0, 0, 3, 9, 14, 9], [5, 1, 22, 31, 6, 2]])
@@ -212,54 +215,76 @@ def test_merging_keeps_a_sequence_without_valid_draws_empty() -> None:
     assert ids.shape == (1, 1) and not valid.any()
 
 
-def test_proposal_loss_trains_the_table_through_its_draws() -> None:
+@pytest.mark.parametrize("strategy", [PerSequence(), OutsideWindow(30)])
+def test_per_sequence_negatives_train_the_table_through_their_draws(strategy) -> None:
     sampler, item_emb, query = _midx_case()
     item_emb.requires_grad_(True)
-    loss = WindowSoftmaxLoss(negatives="proposal")(
-        DotHead()(query), TARGETS, item_emb, sampler, windows=WINDOWS, positions=POSITIONS
+    loss = drawn_loss(
+        SoftmaxLoss(), DotHead()(query), TARGETS, item_emb, sampler, strategy, WINDOWS, POSITIONS
     )
     loss.backward()
     assert torch.isfinite(loss) and item_emb.grad[TARGETS].abs().sum() > 0
 
 
-def test_an_unknown_draw_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"^negatives=inside: choose one of outside, proposal"):
-        WindowSoftmaxLoss(negatives="inside")  # type: ignore[arg-type]
+def test_the_softmax_scores_per_sequence_negatives_as_window_softmax_loss() -> None:
+    sampler, item_emb, query = _midx_case()
+    batch_args = (DotHead()(query), TARGETS, item_emb, sampler, PerSequence(), WINDOWS, POSITIONS)
+    torch.manual_seed(5)
+    loss = drawn_loss(SoftmaxLoss(), *batch_args)
+    torch.manual_seed(5)
+    sequences = SequenceWindows.of_batch(WINDOWS, POSITIONS)
+    ids, log_weights, valid = merge_repeated_draws(
+        *draw_from_proposal(sampler, query, TARGETS, sequences)
+    )
+    expected = window_softmax_loss(query, item_emb, TARGETS, POSITIONS, ids, valid, log_weights)
+    assert torch.equal(loss, expected.mean())
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["sampler=full"], r"^loss=window_softmax trains on sampled negatives"),
-        (["task=xc"], r"^loss=window_softmax draws per training sequence"),
         (
-            ["sampler=midx"],
-            r"^loss=window_softmax with loss.negatives=outside draws uniformly .* does not use "
-            r"sampler=midx: set loss.negatives=proposal",
+            ["negatives=per_sequence", "sampler=full"],
+            r"^negatives=per_sequence draws from a sampler and sampler=full has none",
         ),
-        (["loss.negatives=inside"], r"^loss.negatives=inside: choose one of outside, proposal$"),
+        (
+            ["negatives=outside_window", "task=xc"],
+            r"^negatives=outside_window reads each batch's training sequences: it needs "
+            r"task=seqrec",
+        ),
+        (
+            ["negatives=outside_window", "sampler=midx"],
+            r"^negatives=outside_window draws uniformly .* uses no sampler=midx: set "
+            r"negatives=per_sequence",
+        ),
+        (
+            ["negatives=per_sequence", "head=plif"],
+            r"^negatives=per_sequence takes only head=dot or head=moe",
+        ),
+        (
+            ["negatives=per_sequence", "loss=bce"],
+            r"^loss=bce does not score negatives=per_sequence",
+        ),
     ],
 )
 def test_settings_that_cannot_train_are_refused(
     compose_config, overrides: list[str], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message):
-        check_loss_negatives(compose_config(["loss=window_softmax", *overrides]))
+        check_negatives(compose_config(overrides))
 
 
 def test_uniform_outside_and_midx_proposal_pass(compose_config) -> None:
-    check_loss_negatives(compose_config(["loss=window_softmax", "sampler=uniform"]))
-    check_loss_negatives(
-        compose_config(["loss=window_softmax", "sampler=midx", "loss.negatives=proposal"])
-    )
+    check_negatives(compose_config(["negatives=outside_window", "sampler=uniform"]))
+    check_negatives(compose_config(["negatives=per_sequence", "sampler=midx"]))
 
 
 @pytest.mark.parametrize(
     ("train_samples", "draw"),
     [
-        ("last_window", ["sampler=uniform"]),
-        ("prefixes", ["sampler=uniform"]),
-        ("last_window", ["sampler=midx", "loss.negatives=proposal"]),
+        ("last_window", ["negatives=outside_window", "sampler=uniform"]),
+        ("prefixes", ["negatives=outside_window", "sampler=uniform"]),
+        ("last_window", ["negatives=per_sequence", "sampler=midx"]),
     ],
 )
 def test_debug_run_trains_and_tests(
@@ -269,7 +294,6 @@ def test_debug_run_trains_and_tests(
         [
             *TINY_RUN,
             *FEW_STEPS,
-            "loss=window_softmax",
             *draw,
             "sampler.num_negatives=20",
             f"task.datamodule.train_samples={train_samples}",
@@ -277,5 +301,5 @@ def test_debug_run_trains_and_tests(
     )
     results = train(cfg)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert saved["config"]["loss"]["_target_"].endswith("WindowSoftmaxLoss")
+    assert saved["negatives"] == draw[0].removeprefix("negatives=")
     assert all(0.0 <= value <= 1.0 for value in results["metrics"].values())

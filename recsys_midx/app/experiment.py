@@ -22,12 +22,13 @@ from rich.console import Console
 from rich.table import Table
 
 from recsys_midx.app.loggers import check_logger_packages
-from recsys_midx.app.preflight import AUTO_TABLE_OPTIMIZER, resolve_table_optimizer
+from recsys_midx.app.preflight import table_needs
 from recsys_midx.lit.base import CatalogModule
 from recsys_midx.lit.callbacks import EpochLog, SamplerRefresh
 from recsys_midx.lit.checkpointing import resume_checkpoint
+from recsys_midx.lit.table_optimizers import AUTO_TABLE_OPTIMIZER, resolve_table_optimizer
 from recsys_midx.losses import CatalogSoftmax
-from recsys_midx.protocols import CatalogDataModule, NegativeSampler, Objective
+from recsys_midx.protocols import CatalogDataModule, NegativeSampler, NegativesStrategy
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,6 @@ def build(cfg: DictConfig) -> Experiment:
         ModuleNotFoundError: if a chosen logger's library is not installed.
     """
     check_logger_packages(cfg)
-    _warn_exact_top_without_exact_positives(cfg)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     L.seed_everything(cfg.seed, workers=True)
@@ -69,6 +69,7 @@ def build(cfg: DictConfig) -> Experiment:
     datamodule.prepare_data()
     datamodule.setup("fit")
     module = build_module(cfg, datamodule.encoder_sizes, datamodule.num_items)
+    warn_top_cells_with_corrected_positive(module.sampler, module.negatives)
     epoch_log = EpochLog(output_dir / "epochs.csv")
     callbacks = [instantiate(c) for c in cfg.get("callbacks", {}).values()] + [epoch_log]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
@@ -79,7 +80,8 @@ def build(cfg: DictConfig) -> Experiment:
 def build_module(
     cfg: DictConfig, encoder_sizes: Mapping[str, int], num_items: int
 ) -> CatalogModule:
-    """Instantiate encoder, sampler, head and loss, and the module that trains them.
+    """Instantiate encoder, negatives strategy, sampler, head and loss, and the module that
+    trains them.
 
     Args:
         cfg: a composed config.
@@ -88,17 +90,22 @@ def build_module(
         num_items: ``N``, the catalog the sampler draws from.
 
     Returns:
-        The module; its sampler is built from the item table when fitting starts.
+        The module; its sampler (none where the strategy draws from none) is built from the item
+        table when fitting starts.
 
     Raises:
         TypeError: if the loss does not accept the head.
+        ValueError: if the loss does not score the strategy's negatives.
     """
     # Built in this order (the head after the sampler), so that parameters are initialised
     # from the same random numbers as in every earlier run of a config.
     encoder = instantiate(cfg.model, **encoder_sizes)
-    sampler = instantiate(cfg.sampler, num_items=num_items)
+    negatives: NegativesStrategy = instantiate(cfg.negatives)
+    sampler = instantiate(cfg.sampler, num_items=num_items) if negatives.uses_sampler else None
     head = instantiate(cfg.task.module.head)
-    table_optimizer = resolve_table_optimizer(cfg)
+    table_optimizer = resolve_table_optimizer(
+        cfg.task.module.get("table_optimizer"), table_needs(cfg)
+    )
     if cfg.task.module.get("table_optimizer") == AUTO_TABLE_OPTIMIZER:
         log.info(
             "item table updated by %s (task.module.table_optimizer=auto)",
@@ -109,23 +116,26 @@ def build_module(
         encoder=encoder,
         head=head,
         sampler=sampler,
+        negatives=negatives,
         loss=instantiate(cfg.loss),
         table_optimizer=table_optimizer,
     )
 
 
-def _warn_exact_top_without_exact_positives(cfg: DictConfig) -> bool:
-    """Warn (and return True) when a MIDX proposal mixes in exact top cells but the loss
-    logQ-corrects the positive: the closer ``q`` is to the softmax, the more that correction
-    underweighs a confident positive, so the top cells then leave the gradient error as it was
-    (docs/guides/samplers.md)."""
-    top_codewords = cfg.sampler.get("exact_top_codewords") or 0
-    # exact_positives=null follows the sampler, which asks for exact positives with top cells.
-    if top_codewords <= 0 or cfg.loss.get("exact_positives") is not False:
+def warn_top_cells_with_corrected_positive(
+    sampler: NegativeSampler | None, negatives: NegativesStrategy
+) -> bool:
+    """Warn (and return True) when a MIDX proposal mixes in exact top cells but the strategy
+    logQ-corrects the positive (``negatives.correct_positive=true``): the closer ``q`` is to the
+    softmax, the more that correction underweighs a confident positive, so the top cells then
+    leave the gradient error as it was (docs/guides/samplers.md). The top cells are read from
+    the built sampler, which sizes them from the catalog where the config leaves them null."""
+    top_codewords = 0 if sampler is None else sampler.sizing().get("exact_top_codewords", 0)
+    if not top_codewords or negatives.counts_positives_exactly(sampler) is not False:
         return False
     log.warning(
-        "sampler.exact_top_codewords=%d without loss.exact_positives=true: the exact top cells "
-        "only reduce the sampled gradient's error when the positive is counted exactly",
+        "sampler.exact_top_codewords=%d with negatives.correct_positive=true: the exact top "
+        "cells only reduce the sampled gradient's error when the positive is counted exactly",
         top_codewords,
     )
     return True
@@ -203,18 +213,22 @@ def _mean(values: list[float]) -> float | None:
 
 
 def training_fields(module: CatalogModule, refreshes: list[dict[str, float]]) -> dict[str, Any]:
-    """The ``sampler``, ``exact_positives`` and ``table_optimizer`` entries of ``results.json``,
-    for a training run (its refresh history) and an evaluation (no refreshes) alike.
-    ``table_optimizer`` is the item table's optimizer as built (``auto`` resolved; null: the
-    dense optimizer's)."""
+    """The ``sampler``, ``negatives``, ``exact_positives`` and ``table_optimizer`` entries of
+    ``results.json``, for a training run (its refresh history) and an evaluation (no refreshes)
+    alike. ``negatives`` is the strategy's name (``none``: the exact softmax);
+    ``exact_positives`` whether a loss correcting by ``log q`` counted the positive exactly
+    (``None`` where there was no such choice); ``table_optimizer`` the item table's optimizer as
+    built (``auto`` resolved; null: the dense optimizer's)."""
+    sampler = module.sampler
+    counted = module.negatives.counts_positives_exactly(sampler)
     return {
         "table_optimizer": module.table_optimizer,
+        "negatives": module.negatives.name,
         "sampler": {
             **sampler_summary(refreshes),
-            "sizing": module.sampler.sizing(),
-            "exhaustive": module.sampler.exhaustive,
+            "sizing": {} if sampler is None else sampler.sizing(),
         },
-        "exact_positives": counts_positives_exactly(module.loss, module.sampler),
+        "exact_positives": counted if module.loss.corrects_by_log_q else None,
     }
 
 
@@ -232,13 +246,6 @@ def sampler_summary(refreshes: list[dict[str, float]]) -> dict[str, Any]:
         "ess_fraction_last": diagnosed[-1]["sampler/ess_fraction"] if diagnosed else None,
         "kl_uniform_last": diagnosed[-1].get("sampler/kl_uniform") if diagnosed else None,
     }
-
-
-def counts_positives_exactly(loss: Objective, sampler: NegativeSampler) -> bool | None:
-    """Whether the sampled loss counted the positive exactly (resolved where the loss left it
-    to the sampler); ``None`` for an objective without that choice or an exhaustive sampler."""
-    decide = getattr(loss, "counts_positives_exactly", None)
-    return None if decide is None or sampler.exhaustive else bool(decide(sampler))
 
 
 def peak_memory_mb() -> dict[str, float]:
@@ -300,7 +307,7 @@ def sampler_lines(results: dict[str, Any]) -> list[str]:
         ...     "config": {"sampler": {"_target_": "recsys_midx.samplers.UniformSampler",
         ...                            "num_negatives": 100}},
         ...     "dataset": {"items": 1000},
-        ...     "sampler": {"kl_last": 2.0, "kl_uniform_last": 2.0, "exhaustive": False}}):
+        ...     "negatives": "per_query", "sampler": {"kl_last": 2.0, "kl_uniform_last": 2.0}}):
         ...     print(line)
         sampled softmax: 100 negatives from UniformSampler per query, of 1,000 items
         proposal: KL(softmax || q) = 2.00 nats at the last refresh; uniform: 2.00
@@ -308,17 +315,18 @@ def sampler_lines(results: dict[str, Any]) -> list[str]:
     config = results.get("config") or {}
     sampler, loss = config.get("sampler") or {}, config.get("loss") or {}
     items = (results.get("dataset") or {}).get("items")
-    if "_target_" not in sampler or not items:
+    if not items or ("_target_" not in sampler and results.get("negatives") != "none"):
         return []
     if "_target_" in loss and not issubclass(get_class(loss["_target_"]), CatalogSoftmax):
         return []  # another objective (BCE, SCE, EDRep, ...): no softmax drawn from the sampler
     summary = results.get("sampler") or {}
-    if summary.get("exhaustive"):
+    strategy = results.get("negatives")
+    if strategy == "none":
         return [f"exact softmax: every training query scores all {items:,} items"]
     name = sampler["_target_"].rsplit(".", 1)[-1]
     sizing = summary.get("sizing") or {}
     top = " and its exact top cells" if sizing.get("exact_top_codewords") else ""
-    per = "shared by each batch" if loss.get("shared_negatives") else "per query"
+    per = _DRAWN_FOR.get(strategy, "per query")
     lines = [
         f"sampled softmax: {sampler['num_negatives']} negatives from {name}{top} {per}, "
         f"of {items:,} items"
@@ -329,6 +337,14 @@ def sampler_lines(results: dict[str, Any]) -> list[str]:
             f"refresh; uniform: {summary['kl_uniform_last']:.2f}"
         )
     return lines
+
+
+#: How a strategy's draws are shared, in :func:`sampler_lines`.
+_DRAWN_FOR = {
+    "shared": "shared by each batch",
+    "per_sequence": "per training sequence",
+    "outside_window": "per training sequence, outside it",
+}
 
 
 def _metric_order(name: str) -> tuple[str, int]:

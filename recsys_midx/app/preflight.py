@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import get_class
@@ -26,11 +27,13 @@ from recsys_midx.app.threads import processes_per_machine, sweep_jobs
 from recsys_midx.errors import ConfigError
 from recsys_midx.heads import DotHead, MoEHead
 from recsys_midx.lit.checkpointing import RESUME_AUTO
-from recsys_midx.lit.table_optimizers import TABLE_OPTIMIZERS
+from recsys_midx.lit.table_optimizers import TableNeeds, check_table_optimizer
 from recsys_midx.lit.xc import XCModule
+from recsys_midx.losses import CatalogSoftmax
 from recsys_midx.metrics.ranking import metric_names
 from recsys_midx.metrics.xc import xc_metric_names
-from recsys_midx.samplers import Sampler
+from recsys_midx.reports import run_names
+from recsys_midx.samplers import Sampler, UniformSampler
 
 
 def check(cfg: DictConfig) -> None:
@@ -162,6 +165,8 @@ def check_sampler(cfg: DictConfig) -> None:
     negatives = sampler.get("num_negatives")
     if negatives is not None and negatives < 1:
         raise ConfigError(f"sampler.num_negatives={negatives}: draw at least 1 negative")
+    if "_target_" not in sampler:  # sampler=full: no proposal
+        return
     sampler_type = get_class(sampler._target_)
     if issubclass(sampler_type, Sampler):
         try:
@@ -177,54 +182,75 @@ def check_sampler(cfg: DictConfig) -> None:
         )
 
 
-def check_loss_negatives(cfg: DictConfig) -> None:
-    """A loss that trains on drawn negatives (``needs_negatives``, e.g. ``loss=bce``) comes
-    with a sampler that draws them, not the exhaustive ``sampler=full``; one that draws per
-    training sequence (``per_sequence``) trains sequences, not ``task=xc``; so does one that
-    leaves each sequence's items out (``loss.exclude_window``), whose exact form takes only
-    ``head=dot``; and a per-sequence draw (``loss.negatives``) is one the loss knows."""
+def check_negatives(cfg: DictConfig) -> None:
+    """The negatives strategy (``negatives``) goes with the loss, the sampler and the task.
+
+    The loss scores negatives of the strategy's scope (``loss.scopes``: ``loss=bce`` needs
+    drawn ones, ``loss=sce`` and ``loss=edrep`` none); a strategy that draws from the sampler
+    has one (not ``sampler=full``); one that reads each batch's training sequences
+    (per-sequence draws, ``negatives.exclude_window``) trains sequences, not ``task=xc``; the
+    uniform draw outside each window (``negatives=outside_window``) is not asked of another
+    sampler, which it would not use; and the exact softmax outside each window, like
+    per-sequence draws, takes the plain dot product of a softmax loss.
+    """
+    strategy = get_class(cfg.negatives._target_)
+    name = strategy.name
+    windows = strategy.scope == "sequence" or bool(cfg.negatives.get("exclude_window"))
+    setting = (
+        "negatives.exclude_window=true" if strategy.scope != "sequence" else f"negatives={name}"
+    )
+    if windows and issubclass(get_class(cfg.task.module._target_), XCModule):
+        raise ConfigError(f"{setting} reads each batch's training sequences: it needs task=seqrec")
     loss = get_class(cfg.loss._target_)
-    on_points = issubclass(get_class(cfg.task.module._target_), XCModule)
-    if getattr(loss, "per_sequence", False) and on_points:
-        raise ConfigError(f"loss={loss.name} draws per training sequence: it needs task=seqrec")
-    if cfg.loss.get("exclude_window"):
-        if on_points:
-            raise ConfigError(
-                "loss.exclude_window=true leaves out each training sequence's items: it needs "
-                "task=seqrec"
-            )
-        target = (cfg.get("head") or {}).get("_target_")
-        plain = target is None or issubclass(get_class(target), (DotHead, MoEHead))
-        if get_class(cfg.sampler._target_).exhaustive and not plain:
-            raise ConfigError(
-                "loss.exclude_window=true with sampler=full takes only head=dot or head=moe: "
-                "the exact normaliser less the window's items is computed for one query's plain "
-                "dot product"
-            )
-    if getattr(loss, "needs_negatives", False) and get_class(cfg.sampler._target_).exhaustive:
+    if strategy.scope not in loss.scopes:
+        raise ConfigError(_refused_by_loss(loss, name))
+    has_sampler = "_target_" in cfg.sampler
+    if strategy.uses_sampler and not has_sampler:
         raise ConfigError(
-            f"loss={loss.name} trains on sampled negatives: choose a sampler that draws them, "
-            "e.g. sampler=uniform, not sampler=full"
+            f"negatives={name} draws from a sampler and sampler=full has none: choose one, "
+            "e.g. sampler=uniform, or negatives=none"
         )
-    if getattr(loss, "draws", ()):
-        _check_sequence_draws(loss, cfg)
+    if name == "outside_window" and has_sampler:
+        if not issubclass(get_class(cfg.sampler._target_), UniformSampler):
+            raise ConfigError(
+                "negatives=outside_window draws uniformly among the items outside each "
+                f"sequence and uses no sampler={run_names.family(cfg)}: set "
+                "negatives=per_sequence to draw from it, or sampler=uniform"
+            )
+    exact_outside = strategy.scope == "catalog" and windows
+    if exact_outside and not (
+        issubclass(loss, CatalogSoftmax) and loss.functions.exact_outside_windows is not None
+    ):
+        raise ConfigError(
+            f"negatives.exclude_window=true with negatives=none needs loss=softmax: "
+            f"loss={loss.name} does not leave each window out of its normaliser"
+        )
+    if (exact_outside or strategy.scope == "sequence") and not _plain_head(cfg):
+        raise ConfigError(
+            f"{setting} takes only head=dot or head=moe: it is computed for one query's plain "
+            "dot product"
+        )
 
 
-def _check_sequence_draws(loss: type, cfg: DictConfig) -> None:
-    """``loss.negatives`` of an objective that draws per training sequence is one it knows
-    (its ``check_settings``), and its uniform draw outside the sequence (``outside``) is not
-    asked of another sampler, which it would not use."""
-    try:
-        loss.check_settings(cfg.loss)
-    except ValueError as error:  # "NAME=VALUE: ...", the setting as the command line has it
-        raise ConfigError(f"loss.{error}") from None
-    family = get_class(cfg.sampler._target_).family
-    if cfg.loss.negatives == "outside" and family != "uniform":
-        raise ConfigError(
-            f"loss={loss.name} with loss.negatives=outside draws uniformly among the items "
-            f"outside each sequence and does not use sampler={family}: set "
-            "loss.negatives=proposal to draw from it, or sampler=uniform"
+def _refused_by_loss(loss: type, name: str) -> str:
+    """Why ``loss`` refuses the negatives of ``negatives=name``, and what to choose."""
+    if loss.scopes == frozenset({"catalog"}):
+        return (
+            f"loss={loss.name} estimates the softmax over the catalog itself and takes no drawn "
+            f"negatives: set negatives=none (not negatives={name})"
         )
+    if "catalog" not in loss.scopes and name == "none":
+        return (
+            f"loss={loss.name} trains on drawn negatives: choose a sampler that draws them, "
+            "e.g. sampler=uniform, not sampler=full (negatives=none)"
+        )
+    return f"loss={loss.name} does not score negatives={name}: choose negatives=per_query or shared"
+
+
+def _plain_head(cfg: DictConfig) -> bool:
+    """Whether the head gives one query and no score transform (head=dot or head=moe)."""
+    target = (cfg.get("head") or {}).get("_target_")
+    return target is None or issubclass(get_class(target), (DotHead, MoEHead))
 
 
 def check_cloze_samples(cfg: DictConfig) -> None:
@@ -247,81 +273,47 @@ def check_cloze_samples(cfg: DictConfig) -> None:
         )
 
 
-#: ``task.module.table_optimizer=auto``: :data:`AUTO_SPARSE_OPTIMIZER` wherever a sparse update
-#: can go (:func:`resolve_table_optimizer`), else the dense optimizer.
-AUTO_TABLE_OPTIMIZER = "auto"
-#: What ``auto`` picks: the sparse update that trained best in docs/results.md ("Sparse item-table
-#: updates") and holds the least memory.
-AUTO_SPARSE_OPTIMIZER = "rowwise_adagrad"
-
-
-def resolve_table_optimizer(cfg: DictConfig) -> str | None:
-    """The item table's optimizer a run trains with: ``task.module.table_optimizer`` as set,
-    or for ``auto`` :data:`AUTO_SPARSE_OPTIMIZER` unless the run asks what a sparse update
-    cannot do (:func:`check_table_optimizer`: the exact softmax, gradient clipping, weight
-    decay, a gradient through EDRep's statistics), where ``auto`` keeps the dense update.
-
-    Args:
-        cfg: a composed config.
-
-    Returns:
-        One of :data:`~recsys_midx.lit.table_optimizers.TABLE_OPTIMIZERS`, or ``None`` for the
-        dense update.
+def table_needs(cfg: DictConfig) -> TableNeeds:
+    """What a run asks of its item tables' update, read from its config: the facts
+    :func:`~recsys_midx.lit.table_optimizers.resolve_table_optimizer` and
+    :func:`~recsys_midx.lit.table_optimizers.check_table_optimizer` decide on.
 
     Example:
         ```python
-        resolve_table_optimizer(compose("config", overrides=["sampler=midx"]))  # 'rowwise_adagrad'
-        resolve_table_optimizer(compose("config", overrides=["sampler=full"]))  # None
+        table_needs(compose("config", overrides=["sampler=full"])).exact_softmax  # True
         ```
     """
-    name = cfg.task.module.get("table_optimizer")
-    if name == "dense":
-        return None
-    if name != AUTO_TABLE_OPTIMIZER:
-        return name
-    sparse = OmegaConf.merge(cfg, {"task": {"module": {"table_optimizer": AUTO_SPARSE_OPTIMIZER}}})
-    try:
-        check_table_optimizer(sparse)
-    except ConfigError:
-        return None
-    return AUTO_SPARSE_OPTIMIZER
+    catalog = get_class(cfg.negatives._target_).scope == "catalog"
+    return TableNeeds(
+        exact_softmax=catalog and get_class(cfg.loss._target_).exact_on_catalog,
+        gradient_clip_val=cfg.trainer.get("gradient_clip_val"),
+        weight_decay=cfg.task.module.optimizer.get("weight_decay") or 0.0,
+        grad_through_stats=bool(cfg.loss.get("grad_through_stats")),
+        nccl=reduces_over_nccl(cfg),
+    )
 
 
-def check_table_optimizer(cfg: DictConfig) -> None:
-    """A sparse table optimizer (``task.module.table_optimizer``) is known and goes with what
-    the run asks of the table: a sampled softmax (the exact one reads every row), no gradient
-    clipping (torch computes no norm of a sparse gradient), no weight decay (the row-wise
-    optimizers have none, so the table would silently go without) and no gradient through
-    EDRep's cluster statistics (a dense read of the whole table)."""
-    name = cfg.task.module.get("table_optimizer")
-    if name is None or name in ("dense", AUTO_TABLE_OPTIMIZER):
-        return
-    setting = f"task.module.table_optimizer={name}"
-    if name not in TABLE_OPTIMIZERS:
-        choices = ", ".join([AUTO_TABLE_OPTIMIZER, "null", "dense", *TABLE_OPTIMIZERS[:-1]])
-        raise ConfigError(f"{setting}: choose {choices} or {TABLE_OPTIMIZERS[-1]}")
-    if getattr(get_class(cfg.sampler._target_), "exhaustive", False):
-        raise ConfigError(
-            f"{setting} needs a sampled softmax: sampler=full reads every row of the item "
-            "table; choose a sampler or task.module.table_optimizer=null"
-        )
-    clip = cfg.trainer.get("gradient_clip_val")
-    if clip:
-        raise ConfigError(
-            f"trainer.gradient_clip_val={clip} cannot clip the sparse gradients of {setting}: "
-            "set trainer.gradient_clip_val=null or task.module.table_optimizer=null"
-        )
-    decay = cfg.task.module.optimizer.get("weight_decay")
-    if decay:
-        raise ConfigError(
-            f"task.module.optimizer.weight_decay={decay} would not reach the item table under "
-            f"{setting}: set it to 0 or task.module.table_optimizer=null"
-        )
-    if cfg.loss.get("grad_through_stats"):
-        raise ConfigError(
-            f"loss.grad_through_stats=true reads the whole item table with a gradient, which "
-            f"{setting} cannot update: set loss.grad_through_stats=false"
-        )
+def reduces_over_nccl(cfg: DictConfig) -> bool:
+    """Whether the run's processes reduce gradients over NCCL: a DDP strategy over several
+    CUDA devices or nodes (Lightning picks NCCL there unless told otherwise). Read from the
+    config alone, so that every process of the run decides alike."""
+    trainer = cfg.get("trainer") or {}
+    strategy = str(trainer.get("strategy") or "")
+    devices, nodes = trainer.get("devices"), trainer.get("num_nodes") or 1
+    several = nodes > 1 or (isinstance(devices, int) and (devices > 1 or devices == -1))
+    several = several or (isinstance(devices, (list, ListConfig)) and len(devices) > 1)
+    several = several or devices in ("auto", "-1") and torch.cuda.device_count() > 1
+    accelerator = str(trainer.get("accelerator") or "auto").lower()
+    cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    return "ddp" in strategy and several and cuda and "gloo" not in strategy
+
+
+def check_table_optimizers(cfg: DictConfig) -> None:
+    """A table optimizer (``task.module.table_optimizer``) is known, and a sparse one goes with
+    what the run asks of the table (the rules of
+    :func:`~recsys_midx.lit.table_optimizers.sparse_update_conflict`: drawn negatives, no
+    gradient clipping, no weight decay, no gradient through EDRep's statistics, no NCCL)."""
+    check_table_optimizer(cfg.task.module.get("table_optimizer"), table_needs(cfg))
 
 
 def check_not_multirun_ddp(cfg: DictConfig) -> None:
@@ -396,7 +388,7 @@ def check_memory(cfg: DictConfig) -> None:
     negatives = f"sampler.num_negatives={cfg.sampler.num_negatives}"
     if estimate.shared:
         raise ConfigError(
-            f"{negatives} shared (loss.shared_negatives=true) with {queries} scores about "
+            f"{negatives} shared (negatives=shared) with {queries} scores about "
             f"{size} of logits and gradients per training step, more than the {_gib(available)} "
             f"of {where} available: lower sampler.num_negatives or "
             f"task.datamodule.batch_size {skip}"
@@ -404,7 +396,7 @@ def check_memory(cfg: DictConfig) -> None:
     raise ConfigError(
         f"{negatives} with {queries} gathers about {size} of item rows, logits and gradients "
         f"per training step, more than the {_gib(available)} of {where} available: set "
-        f"loss.shared_negatives=true, or lower sampler.num_negatives or "
+        f"negatives=shared, or lower sampler.num_negatives or "
         f"task.datamodule.batch_size {skip}"
     )
 
@@ -416,9 +408,9 @@ CHECKS: tuple[Callable[[DictConfig], None], ...] = (
     check_monitor,
     check_optimized_metric,
     check_sampler,
-    check_loss_negatives,
+    check_negatives,
     check_cloze_samples,
-    check_table_optimizer,
+    check_table_optimizers,
     check_resume,
     check_not_multirun_ddp,
     check_memory,

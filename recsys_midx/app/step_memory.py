@@ -11,7 +11,7 @@ the loss):
 - ``R`` gathered item rows, each with ``D`` float32 values, their gradient and an int64 id:
   ``8 * (D + 1)`` bytes a row. Per-query negatives gather ``R = Q * (1 + M)`` rows (a mixture
   head with ``K`` components draws ``ceil(M / K)`` per component); negatives shared by the batch
-  (``loss.shared_negatives=true``) gather ``R = Q + M``.
+  (``negatives=shared``) gather ``R = Q + M``.
 - ``S`` logits, each with its gradient: ``8`` bytes a logit. ``S = Q * K * (1 + M)`` for a
   sampled softmax; the exact softmax (``sampler=full``) scores the catalog a chunk of ``C`` items
   at a time, ``S = Q * K * C``.
@@ -68,8 +68,8 @@ class StepMemory:
         dim: ``D``, the item vectors' size.
         rows: ``R``, the item rows gathered by the loss (0 for the exact softmax).
         scores: ``S``, the logits alive at once.
-        exact: whether the loss is the exact softmax (``sampler=full``) rather than sampled.
-        shared: whether the negatives are shared by the batch (``loss.shared_negatives``).
+        exact: whether the loss is the exact softmax (``negatives=none``) rather than sampled.
+        shared: whether the negatives are shared by the batch (``negatives=shared``).
     """
 
     bytes: int
@@ -94,7 +94,8 @@ def estimate_step_memory(cfg: DictConfig, device: torch.device | None = None) ->
 
     Returns:
         The estimate, or ``None`` where it does not apply: a loss other than the softmax
-        objectives (EDRep gathers no negatives), a task other than ``seqrec`` and ``xc``, or a
+        objectives (EDRep gathers no negatives), negatives drawn per sequence (their scores are
+        a sequence's, not a query's), a task other than ``seqrec`` and ``xc``, or a
         setting the other checks or the components refuse (an unknown ``train_samples``, no
         ``sampler.num_negatives``).
 
@@ -118,8 +119,10 @@ def estimate_step_memory(cfg: DictConfig, device: torch.device | None = None) ->
     mixture = "_target_" in head and issubclass(get_class(head._target_), MoSHead)
     components = int(head.num_components) if mixture else 1
     dim = int(cfg.model.dim)
-    exact = bool(get_class(cfg.sampler._target_).exhaustive)
-    shared = not exact and bool(cfg.loss.get("shared_negatives"))
+    scope = get_class(cfg.negatives._target_).scope
+    if scope == "sequence":
+        return None  # drawn per sequence: no per-query gather to estimate
+    exact, shared = scope == "catalog", scope == "batch"
     if exact:
         rows, scores = 0, queries * components * _exact_chunk(cfg, queries, components, device)
     else:

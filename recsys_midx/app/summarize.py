@@ -23,12 +23,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from recsys_midx import losses
+from recsys_midx.reports import run_names
 from recsys_midx.reports.summary_plots import epoch_rows, plot_all, with_labels
 from recsys_midx.reports.sweeps import varying_settings
 from recsys_midx.reports.time_to_quality import time_to_quality
 from recsys_midx.reports.time_to_quality import to_markdown as time_to_quality_markdown
-from recsys_midx.samplers import sampler_class
 
 #: Table columns per task, keyed by the validation metric the task monitors (``task.monitor``):
 #: that metric on the test split first, then its companions, then the metric itself.
@@ -41,8 +40,6 @@ DEFAULT_MONITOR = "val/ndcg@10"
 #: Readable names of a run's setup; ``settings`` adds whatever else tells two groups apart.
 NAMED = ["dataset", "model", "head", "sampler", "negatives"]
 GROUP = [*NAMED, "settings"]
-#: The plot colour of a sampler from outside the package, which no family of the package takes.
-OTHER_COLOUR = "C9"
 
 
 def load_runs(folders: list[Path]) -> pd.DataFrame:
@@ -59,25 +56,16 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
             config = result["config"]
             configs.append(config)
             output_dirs.append(result.get("output_dir", str(path.parent)))
-            sampler = config["sampler"]
-            kind = sampler_class(sampler["_target_"])
             monitor = config.get("task", {}).get("monitor", DEFAULT_MONITOR)
-            # An objective that picks its own candidates (SCE) names the run: its sampler
-            # config draws nothing.
-            loss = config.get("loss", {})
-            objective = _objective_picking_own_candidates(loss)
             rows.append(
                 {
                     "dataset": config["dataset"]["name"],
                     "model": config["model"]["_target_"].rsplit(".", 1)[-1],
-                    "head": _head_name(config, with_objective=objective is None),
-                    "sampler": objective
-                    or _sampler_name(sampler, loss, config.get("callbacks") or {}, result),
-                    "negatives": None
-                    if objective or (kind is not None and kind.exhaustive)
-                    else sampler.get("num_negatives"),
-                    "family": objective or _family(sampler["_target_"]),
-                    "colour": OTHER_COLOUR if objective or kind is None else kind.colour,
+                    "head": _head_name(config),
+                    "sampler": run_names.sampler_label(config, result),
+                    "negatives": run_names.negatives_count(config),
+                    "family": run_names.family(config),
+                    "colour": run_names.colour(config),
                     "seed": config["seed"],
                     "monitor": monitor,
                     "test quality": result["metrics"].get(f"test/{monitor.removeprefix('val/')}"),
@@ -121,63 +109,18 @@ def _present(value: object) -> bool:
     return not (value is None or (isinstance(value, float) and pd.isna(value)))
 
 
-def _objective_picking_own_candidates(loss: dict) -> str | None:
-    """The name of the package's objective of ``loss`` when it picks its own candidates
-    (``picks_own_candidates``, SCE's buckets), else ``None``."""
-    target = loss.get("_target_", "").rsplit(".", 1)[-1]
-    objective = getattr(losses, target, None) if target in losses.__all__ else None
-    return objective.name if getattr(objective, "picks_own_candidates", False) else None
-
-
-def _head_name(config: dict, with_objective: bool = True) -> str:
-    """The output head (``dot`` for runs whose objective has none, or from before heads), and,
-    ``with_objective``, the objective when it is not a softmax (``edrep``)."""
+def _head_name(config: dict) -> str:
+    """The output head (``dot`` for runs whose objective has none, or from before heads), and
+    the objective when it is neither a softmax nor one naming the run (``dot, BCELoss``)."""
     loss = config.get("loss", {})
     # The head sits beside the encoder (task.module.head); older runs kept it in the loss.
     module = config.get("task", {}).get("module", {})
     head = (module.get("head") or loss.get("head") or {}).get("_target_", "DotHead")
     name = head.rsplit(".", 1)[-1].removesuffix("Head").lower()
     objective = loss.get("_target_", "").rsplit(".", 1)[-1]
-    if objective.endswith("SoftmaxLoss") or not objective or not with_objective:
+    if objective.endswith("SoftmaxLoss") or not objective or run_names.objective_name(config):
         return name
     return f"{name}, {objective}"
-
-
-def _sampler_name(
-    sampler: dict, loss: dict, callbacks: dict | None = None, result: dict | None = None
-) -> str:
-    """Readable sampler name: its family, with the variant the sampler names
-    (:meth:`~recsys_midx.samplers.Sampler.label_parts`: MIDX's quantiser and last stage, and
-    its codewords, step refresh schedule and exact top cells where they are not the defaults);
-    "exact positives" when a sampled softmax counts the positive exactly and "shared" when the
-    batch shares its negatives. Settings sized from the catalog are read from the run's
-    ``result`` (``sampler.sizing``, ``exact_positives``)."""
-    result = result or {}
-    sizing = (result.get("sampler") or {}).get("sizing") or {}
-    name = _family(sampler["_target_"])
-    kind = sampler_class(sampler["_target_"])
-    if kind is not None and kind.exhaustive:
-        return name
-    # The schedule is the refresh callback's (older runs kept it in the sampler).
-    refresh = (callbacks or {}).get("sampler_refresh") or {}
-    every_n_steps = refresh.get("every_n_steps") or sampler.get("refresh_every_n_steps")
-    parts = [] if kind is None else kind.label_parts(sampler, sizing, every_n_steps)
-    if parts:
-        name = f"{name}[{','.join(parts)}]"
-    sampled_softmax = loss.get("_target_", "").endswith("SoftmaxLoss")
-    if sampled_softmax and loss.get("shared_negatives"):
-        name = f"{name}, shared"
-    exact_positives = result.get("exact_positives", loss.get("exact_positives"))
-    return f"{name}, exact positives" if sampled_softmax and exact_positives else name
-
-
-def _family(target: str) -> str:
-    """The family the sampler of ``target`` declares; a sampler from outside the package is
-    named by its class (``MySampler`` is ``my``)."""
-    kind = sampler_class(target)
-    if kind is None:
-        return target.rsplit(".", 1)[-1].removesuffix("Sampler").lower()
-    return kind.family
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """What every LightningModule of the toolkit shares: an encoder that owns the item table, the
-output head beside it, a sampler rebuilt from that table, a softmax objective, the optimiser, and
-metric logging."""
+output head beside it, a sampler rebuilt from that table, the strategy that draws negatives from
+it, a softmax objective, the optimiser, and metric logging."""
 
 from __future__ import annotations
 
@@ -19,10 +19,19 @@ from recsys_midx.heads import Head, HeadOutput, optimizer_param_groups
 from recsys_midx.lit.table_optimizers import (
     TABLE_OPTIMIZERS,
     TableAndDenseOptimizer,
+    TableNeeds,
     build_table_optimizer,
+    check_table_optimizer,
     default_table_lr,
 )
-from recsys_midx.protocols import CatalogDataModule, NegativeSampler, Objective, RefreshableIndex
+from recsys_midx.negatives import NoNegatives, PerQuery, QueryBatch
+from recsys_midx.protocols import (
+    CatalogDataModule,
+    NegativeSampler,
+    NegativesStrategy,
+    Objective,
+    RefreshableIndex,
+)
 from recsys_midx.scoring import ranking_queries
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
@@ -32,10 +41,11 @@ class CatalogModule(L.LightningModule, abc.ABC):
     """Base of the modules that train an encoder with a (sampled) softmax over its item table.
 
     The encoder turns a batch into query vectors, the head (beside it) turns them into the scaled
-    queries of the model's softmax (:class:`~recsys_midx.heads.HeadOutput`), and the objective
-    scores those against the item table with the sampler's negatives. Evaluation, inference and
-    the diagnostics ask this module (:meth:`ranking_queries`, :meth:`proposal_queries`) or its
-    head, never the objective.
+    queries of the model's softmax (:class:`~recsys_midx.heads.HeadOutput`), the negatives
+    strategy draws the batch's negatives from the sampler's proposal
+    (:class:`~recsys_midx.negatives.Negatives`), and the objective scores the queries against the
+    item table with them. Evaluation, inference and the diagnostics ask this module
+    (:meth:`ranking_queries`, :meth:`proposal_queries`) or its head, never the objective.
 
     It builds the sampler (and a ``refreshable`` objective) from the live item table when
     fitting starts (not when a run resumes: the checkpoint holds the proposal the interrupted run
@@ -50,25 +60,33 @@ class CatalogModule(L.LightningModule, abc.ABC):
         encoder: turns a batch into query vectors and owns the item table (``item_table``).
         head: the output head; its ``temperature`` scales the queries the objective and the
             sampler see.
-        sampler: proposal of negatives (``exhaustive`` samplers mean the exact softmax).
-        loss: the objective; it must accept ``head`` (``loss.accepted_heads``).
+        sampler: the proposal negatives are drawn from; ``None`` where the strategy draws from
+            none (the exact softmax, ``NoNegatives``).
+        loss: the objective; it must accept ``head`` (``loss.accepted_heads``) and the scope of
+            the strategy's negatives (``loss.scopes``).
         optimizer: a callable building the optimiser from parameters (e.g. a partial
             ``torch.optim.Adam``).
         metrics: the evaluation accumulator; validation uses it, test a fresh copy.
-        table_optimizer: ``None`` or ``"dense"`` (the item table is one of the dense
-            optimiser's parameters), or one of
-            :data:`~recsys_midx.lit.table_optimizers.TABLE_OPTIMIZERS`: the encoder's tables
-            (``encoder.use_sparse_gradients()``) then get sparse gradients (only the rows a
-            step reads) and their own row-wise optimiser, stepped with the dense one
-            (:class:`~recsys_midx.lit.table_optimizers.TableAndDenseOptimizer`).
+        table_optimizer: ``None`` (the item table is one of the dense optimiser's parameters),
+            or one of :data:`~recsys_midx.lit.table_optimizers.TABLE_OPTIMIZERS`: the
+            encoder's tables (``encoder.use_sparse_gradients()``) then get sparse gradients
+            (only the rows a step reads) and their own row-wise optimiser, stepped with the
+            dense one (:class:`~recsys_midx.lit.table_optimizers.TableAndDenseOptimizer`).
         table_lr: the table optimiser's learning rate; ``None``:
             :func:`~recsys_midx.lit.table_optimizers.default_table_lr` (the dense optimiser's
             for lazy Adam, a larger one for row-wise AdaGrad).
+        negatives: the strategy drawing each batch's negatives; ``None``:
+            :class:`~recsys_midx.negatives.PerQuery` with a sampler, else
+            :class:`~recsys_midx.negatives.NoNegatives` (the exact softmax).
 
     Raises:
         TypeError: if ``loss`` does not accept ``head`` (e.g. ``head=mos`` with ``loss=edrep``).
-        ValueError: if ``table_optimizer`` is unknown, or set with an exhaustive sampler (the
-            exact softmax reads every row).
+        ValueError: if ``loss`` does not score the strategy's negatives, the strategy draws from
+            a sampler and none is given, or ``table_optimizer`` is unknown.
+        ConfigError: if ``table_optimizer`` is set for the exact softmax (which reads every
+            row); when fitting starts, with gradient clipping, weight decay or NCCL across
+            processes, none of which a sparse update can serve (one line from
+            :func:`~recsys_midx.lit.table_optimizers.sparse_update_conflict`).
 
     Example:
         >>> class PointModule(CatalogModule):
@@ -86,34 +104,41 @@ class CatalogModule(L.LightningModule, abc.ABC):
         self,
         encoder: nn.Module,
         head: Head,
-        sampler: NegativeSampler,
+        sampler: NegativeSampler | None,
         loss: Objective,
         optimizer: OptimizerFactory,
         metrics: torchmetrics.Metric,
         table_optimizer: str | None = None,
         table_lr: float | None = None,
+        *,
+        negatives: NegativesStrategy | None = None,
     ) -> None:
-        if table_optimizer == "dense":
-            table_optimizer = None
+        if negatives is None:
+            negatives = NoNegatives() if sampler is None else PerQuery()
         if table_optimizer is not None and table_optimizer not in TABLE_OPTIMIZERS:
             raise ValueError(
-                f"task.module.table_optimizer={table_optimizer}: choose null, dense, "
+                f"task.module.table_optimizer={table_optimizer}: choose null or "
                 f"{' or '.join(TABLE_OPTIMIZERS)}"
             )
-        if table_optimizer is not None and sampler.exhaustive:
-            raise ValueError(
-                f"task.module.table_optimizer={table_optimizer} needs a sampled softmax: the "
-                "exact one (sampler=full) reads every row of the item table"
-            )
+        exact_softmax = negatives.scope == "catalog" and loss.exact_on_catalog
+        check_table_optimizer(table_optimizer, TableNeeds(exact_softmax))
         if not isinstance(head, loss.accepted_heads):
             accepted = ", ".join(f"head={kind.name}" for kind in loss.accepted_heads)
             raise TypeError(
                 f"head={head.name} cannot be used with loss={loss.name}: it takes {accepted}"
             )
+        if negatives.scope not in loss.scopes:
+            raise ValueError(
+                f"loss={loss.name} does not score negatives={negatives.name}: its negatives are "
+                f"of scope {negatives.scope}"
+            )
+        if negatives.uses_sampler and sampler is None:
+            raise ValueError(f"negatives={negatives.name} draws from a sampler: give one")
         super().__init__()
         self.encoder = encoder
         self.head = head
         self.sampler = sampler
+        self.negatives = negatives
         self.loss = loss
         self.optimizer_factory = optimizer
         self.table_optimizer = table_optimizer
@@ -126,9 +151,11 @@ class CatalogModule(L.LightningModule, abc.ABC):
 
     @property
     def indexes(self) -> list[RefreshableIndex]:
-        """What is built from the item table and rebuilt with it: the sampler, and the objective
-        when it declares itself ``refreshable`` (EDRep's cluster statistics)."""
-        return [self.sampler, self.loss] if self.loss.refreshable else [self.sampler]
+        """What is built from the item table and rebuilt with it: the sampler (where there is
+        one), and the objective when it declares itself ``refreshable`` (EDRep's cluster
+        statistics)."""
+        built = [] if self.sampler is None else [self.sampler]
+        return [*built, self.loss] if self.loss.refreshable else built
 
     def on_fit_start(self) -> None:
         # A resumed run restores the sampler from its checkpoint: rebuilding it here would give
@@ -210,11 +237,28 @@ class CatalogModule(L.LightningModule, abc.ABC):
         """
         return ranking_queries(self.head, query, self.encoder.item_table, chunk_size)
 
-    def objective(self, query: Tensor, targets: Tensor) -> Tensor:
-        """The training loss of encoder outputs ``query`` ``[Q, D]`` and their positives:
-        the head's output scored by the objective against the item table with the sampler."""
+    def objective(
+        self,
+        query: Tensor,
+        targets: Tensor,
+        windows: Tensor | None = None,
+        positions: Tensor | None = None,
+    ) -> Tensor:
+        """The training loss of encoder outputs ``query`` ``[Q, D]`` and their positives: the
+        head's output scored by the objective against the item table with the negatives the
+        strategy draws from the sampler.
+
+        Args:
+            query: ``[Q, D]`` encoder outputs.
+            targets: ``[Q]`` target ids, or ``[Q, P]`` positives padded with ``0``.
+            windows: ``[B, W]`` the batch's training sequences (sequences only).
+            positions: ``[B, L]`` mask of the query positions in them (sequences only).
+        """
         output: HeadOutput = self.head(query)
-        return self.loss(output, targets, self.encoder.item_table, self.sampler)
+        table = self.encoder.item_table
+        batch = QueryBatch(output.queries, targets, windows, positions, table.shape[0] - 1)
+        negatives = self.negatives(batch, self.sampler, self.loss.corrects_by_log_q)
+        return self.loss(output, targets, table, negatives)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self.update_metrics(self.val_metrics, batch)
@@ -240,6 +284,7 @@ class CatalogModule(L.LightningModule, abc.ABC):
                 for group in groups
             ]
         )
+        check_table_optimizer(self.table_optimizer, self._table_needs(dense))
         lr = (
             default_table_lr(self.table_optimizer, dense.defaults["lr"])
             if self.table_lr is None
@@ -248,6 +293,20 @@ class CatalogModule(L.LightningModule, abc.ABC):
         return TableAndDenseOptimizer(
             dense, build_table_optimizer(self.table_optimizer, self.sparse_tables, lr)
         )
+
+    def _table_needs(self, dense: torch.optim.Optimizer) -> TableNeeds:
+        """What this run asks of the sparse tables' update, read from the trainer, the dense
+        optimizer and the process group (the checks the module can make without a config)."""
+        decay = next((g["weight_decay"] for g in dense.param_groups if g.get("weight_decay")), 0.0)
+        trainer = self._trainer  # None when the optimizers are built outside a Trainer
+        clip = None if trainer is None else trainer.gradient_clip_val
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        nccl = (
+            distributed
+            and torch.distributed.get_world_size() > 1
+            and torch.distributed.get_backend() == "nccl"
+        )
+        return TableNeeds(False, clip, decay, nccl=nccl)
 
     def _log_metrics(self, prefix: str, metrics: torchmetrics.Metric) -> None:
         self.log_dict(

@@ -218,7 +218,7 @@ class SamplerRefresh(Callback):
         metrics = {"step": float(trainer.global_step), "epoch": float(trainer.current_epoch)}
         if refresh_seconds is not None:
             metrics["sampler/refresh_seconds"] = refresh_seconds
-        if self._batch is not None and not pl_module.sampler.exhaustive:
+        if self._batch is not None and pl_module.sampler is not None:
             divergence = proposal_divergence(
                 pl_module.sampler,
                 pl_module.proposal_queries(self._batch),

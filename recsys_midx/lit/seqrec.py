@@ -1,5 +1,5 @@
-"""LightningModule for next-item prediction: encoder + head + sampler + softmax loss, full-ranking
-eval."""
+"""LightningModule for next-item prediction: encoder + head + sampler + negatives + softmax loss,
+full-ranking eval."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from recsys_midx.heads import Head
 from recsys_midx.lit.base import CatalogModule, OptimizerFactory
 from recsys_midx.metrics import RankingMetrics, target_ranks
 from recsys_midx.models import SequenceEncoder
-from recsys_midx.protocols import NegativeSampler, Objective
+from recsys_midx.protocols import NegativeSampler, NegativesStrategy, Objective
 
 
 class SeqRecModule(CatalogModule):
@@ -29,8 +29,9 @@ class SeqRecModule(CatalogModule):
     Args:
         encoder: turns item sequences into query vectors and owns the item table.
         head: the output head (``DotHead()`` for the plain softmax).
-        sampler: proposal of negatives (``exhaustive`` samplers mean the exact softmax).
-        loss: the objective (one target per query); it must accept ``head``.
+        sampler: the proposal negatives are drawn from; ``None`` for the exact softmax.
+        loss: the objective (one target per query); it must accept ``head`` and the
+            strategy's negatives.
         optimizer: a callable building the optimiser from parameters (e.g. a partial
             ``torch.optim.Adam``).
         exclude_seen: remove each user's history items from the evaluation ranking.
@@ -38,10 +39,15 @@ class SeqRecModule(CatalogModule):
         eval_chunk_size: items scored at a time during evaluation (bounds memory).
         table_optimizer: ``None`` (dense), ``"sparse_adam"`` or ``"rowwise_adagrad"``: see
             :class:`~recsys_midx.lit.base.CatalogModule`.
-        table_lr: the table optimizer's learning rate (``None``: the dense optimizer's).
+        table_lr: the table optimizer's learning rate; ``None``:
+            :func:`~recsys_midx.lit.table_optimizers.default_table_lr`.
+        negatives: the strategy drawing each batch's negatives (``None``: per query with a
+            sampler, none without); per-sequence strategies get each batch's sequences.
 
     Raises:
         TypeError: if ``loss`` does not accept ``head``.
+        ValueError: if ``loss`` does not score the strategy's negatives (see
+            :class:`~recsys_midx.lit.base.CatalogModule`).
 
     Example:
         ```python
@@ -54,7 +60,7 @@ class SeqRecModule(CatalogModule):
         self,
         encoder: SequenceEncoder,
         head: Head,
-        sampler: NegativeSampler,
+        sampler: NegativeSampler | None,
         loss: Objective,
         optimizer: OptimizerFactory,
         exclude_seen: bool = True,
@@ -62,29 +68,29 @@ class SeqRecModule(CatalogModule):
         eval_chunk_size: int = 65536,
         table_optimizer: str | None = None,
         table_lr: float | None = None,
+        *,
+        negatives: NegativesStrategy | None = None,
     ) -> None:
         super().__init__(
-            encoder, head, sampler, loss, optimizer, RankingMetrics(ks), table_optimizer, table_lr
+            encoder,
+            head,
+            sampler,
+            loss,
+            optimizer,
+            RankingMetrics(ks),
+            table_optimizer,
+            table_lr,
+            negatives=negatives,
         )
         self.exclude_seen = exclude_seen
         self.eval_chunk_size = eval_chunk_size
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         queries, targets, is_query = self._training_queries(batch)
-        if getattr(self.loss, "per_sequence", False):
-            # An objective that draws per sequence (loss=window_softmax) or leaves each
-            # sequence's items out (loss.exclude_window) also gets each sequence's items and
-            # where its queries sit.
-            loss = self.loss(
-                self.head(queries[is_query]),
-                targets[is_query],
-                self.encoder.item_table,
-                self.sampler,
-                windows=torch.cat([batch["inputs"], batch["targets"]], dim=1),
-                positions=is_query,
-            )
-        else:
-            loss = self.objective(queries[is_query], targets[is_query])
+        # Each sequence's items and where its queries sit, for a strategy that draws per
+        # sequence or leaves each sequence's items out (negatives.exclude_window).
+        windows = torch.cat([batch["inputs"], batch["targets"]], dim=1)
+        loss = self.objective(queries[is_query], targets[is_query], windows, is_query)
         self.log(
             "train/loss",
             loss,

@@ -1,5 +1,5 @@
-"""Row-wise optimizers for item tables with sparse gradients, and the optimizer that steps them
-with the dense one.
+"""Row-wise optimizers for item tables with sparse gradients, the optimizer that steps them with
+the dense one, and the rules of ``task.module.table_optimizer``.
 
 A sampled step reads a few rows of the item table; with ``task.module.table_optimizer`` set,
 the table's gradient holds those rows only
@@ -9,15 +9,23 @@ entry, updated only where the gradient is), ``rowwise_adagrad`` is :class:`Rowwi
 accumulator per row). The encoder and the head keep the dense
 optimizer; :class:`TableAndDenseOptimizer` steps both as the one optimizer Lightning's automatic
 optimization drives, and checkpoints both states.
+
+The rules live here once: what a sparse update cannot serve (:func:`sparse_update_conflict`),
+what ``auto`` chooses (:func:`resolve_table_optimizer`) and each optimizer's default learning
+rate (:func:`default_table_lr`). The Lightning module, the pre-flight checks of
+:mod:`recsys_midx.app.preflight` and the docs read them from here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from recsys_midx.errors import ConfigError
 
 
 class RowwiseAdagrad(torch.optim.Optimizer):
@@ -198,3 +206,112 @@ _BUILDERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
 TABLE_OPTIMIZERS: tuple[str, ...] = tuple(_BUILDERS)
 #: Row-wise AdaGrad's learning rate when ``task.module.table_lr`` is null.
 ROWWISE_ADAGRAD_LR = 0.05
+#: ``task.module.table_optimizer=auto``: :data:`AUTO_SPARSE_OPTIMIZER` wherever a sparse update
+#: can go (:func:`resolve_table_optimizer`), else the dense optimizer.
+AUTO_TABLE_OPTIMIZER = "auto"
+#: What ``auto`` picks: the sparse update that trained best in docs/results.md ("Sparse item-table
+#: updates") and holds the least memory.
+AUTO_SPARSE_OPTIMIZER = "rowwise_adagrad"
+
+
+@dataclass(frozen=True)
+class TableNeeds:
+    """What a run asks of its item tables' update, as far as a sparse one is concerned.
+
+    Attributes:
+        exact_softmax: the loss is the exact softmax over the catalog (``negatives=none`` with a
+            softmax loss), which reads every row.
+        gradient_clip_val: ``trainer.gradient_clip_val`` (torch computes no norm of a sparse
+            gradient).
+        weight_decay: the dense optimizer's ``weight_decay`` (the row-wise optimizers have
+            none, so the tables would silently go without).
+        grad_through_stats: ``loss.grad_through_stats`` (EDRep's statistics read the whole
+            table with a gradient).
+        nccl: the run reduces gradients over NCCL across processes, which all-reduces no sparse
+            tensor outside NCCLX builds.
+    """
+
+    exact_softmax: bool = False
+    gradient_clip_val: float | None = None
+    weight_decay: float = 0.0
+    grad_through_stats: bool = False
+    nccl: bool = False
+
+
+def sparse_update_conflict(name: str, needs: TableNeeds) -> str | None:
+    """Why the sparse table optimizer ``name`` cannot serve a run, in one line naming the
+    settings as the user writes them; ``None`` when it can.
+
+    Example:
+        >>> sparse_update_conflict("rowwise_adagrad", TableNeeds(weight_decay=0.01))[:45]
+        'task.module.optimizer.weight_decay=0.01 would'
+        >>> sparse_update_conflict("rowwise_adagrad", TableNeeds()) is None
+        True
+    """
+    setting = f"task.module.table_optimizer={name}"
+    if needs.exact_softmax:
+        return (
+            f"{setting} needs a sampled objective: the exact softmax (negatives=none, "
+            "sampler=full) reads every row of the item table; choose a sampler or "
+            "task.module.table_optimizer=null"
+        )
+    if needs.gradient_clip_val:
+        return (
+            f"trainer.gradient_clip_val={needs.gradient_clip_val} cannot clip the sparse gradients "
+            f"of {setting}: set trainer.gradient_clip_val=null or task.module.table_optimizer=null"
+        )
+    if needs.weight_decay:
+        return (
+            f"task.module.optimizer.weight_decay={needs.weight_decay} would not reach the item "
+            f"table under {setting}: set it to 0 or task.module.table_optimizer=null"
+        )
+    if needs.grad_through_stats:
+        return (
+            f"loss.grad_through_stats=true reads the whole item table with a gradient, which "
+            f"{setting} cannot update: set loss.grad_through_stats=false"
+        )
+    if needs.nccl:
+        return (
+            f"{setting} gives the item table sparse gradients, which NCCL does not all-reduce "
+            "across processes: set task.module.table_optimizer=null (or auto, which chooses it "
+            "there)"
+        )
+    return None
+
+
+def resolve_table_optimizer(name: str | None, needs: TableNeeds) -> str | None:
+    """The table optimizer a run trains with: ``name`` as set, or for ``auto``
+    :data:`AUTO_SPARSE_OPTIMIZER` unless the run asks what a sparse update cannot do
+    (:func:`sparse_update_conflict`), where ``auto`` keeps the dense update (``None``).
+
+    Example:
+        >>> resolve_table_optimizer("auto", TableNeeds()), resolve_table_optimizer(
+        ...     "auto", TableNeeds(exact_softmax=True))
+        ('rowwise_adagrad', None)
+    """
+    if name != AUTO_TABLE_OPTIMIZER:
+        return name
+    return None if sparse_update_conflict(AUTO_SPARSE_OPTIMIZER, needs) else AUTO_SPARSE_OPTIMIZER
+
+
+def check_table_optimizer(name: str | None, needs: TableNeeds) -> None:
+    """Refuse an unknown table optimizer, or a sparse one the run cannot use.
+
+    Args:
+        name: ``task.module.table_optimizer``: ``None``, ``auto`` or one of
+            :data:`TABLE_OPTIMIZERS`.
+        needs: what the run asks of the table.
+
+    Raises:
+        ConfigError: one line naming the setting and how to fix it.
+    """
+    if name is None or name == AUTO_TABLE_OPTIMIZER:
+        return
+    if name not in TABLE_OPTIMIZERS:
+        choices = ", ".join([AUTO_TABLE_OPTIMIZER, "null", *TABLE_OPTIMIZERS[:-1]])
+        raise ConfigError(
+            f"task.module.table_optimizer={name}: choose {choices} or {TABLE_OPTIMIZERS[-1]}"
+        )
+    conflict = sparse_update_conflict(name, needs)
+    if conflict:
+        raise ConfigError(conflict)

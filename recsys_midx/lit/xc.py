@@ -14,7 +14,7 @@ from recsys_midx.lit.base import CatalogModule, OptimizerFactory
 from recsys_midx.losses import EDRepLoss, MultiLabelSoftmaxLoss
 from recsys_midx.metrics import XCMetrics, inverse_propensities, top_labels
 from recsys_midx.models import XCEncoder
-from recsys_midx.protocols import NegativeSampler
+from recsys_midx.protocols import NegativeSampler, NegativesStrategy
 
 
 class XCModule(CatalogModule):
@@ -33,7 +33,7 @@ class XCModule(CatalogModule):
     Args:
         encoder: sparse features -> query vectors; owns the label table.
         head: the output head (``DotHead()`` for the plain softmax).
-        sampler: proposal of negatives (``exhaustive`` samplers mean the exact softmax).
+        sampler: the proposal negatives are drawn from; ``None`` for the exact softmax.
         loss: the multi-label objective; it must accept ``head``.
         optimizer: a callable building the optimiser from parameters (e.g. a partial
             ``torch.optim.Adam``).
@@ -41,7 +41,10 @@ class XCModule(CatalogModule):
         eval_chunk_size: labels scored at a time during evaluation (bounds memory).
         table_optimizer: ``None`` (dense), ``"sparse_adam"`` or ``"rowwise_adagrad"``: see
             :class:`~recsys_midx.lit.base.CatalogModule`.
-        table_lr: the table optimizer's learning rate (``None``: the dense optimizer's).
+        table_lr: the table optimizer's learning rate; ``None``:
+            :func:`~recsys_midx.lit.table_optimizers.default_table_lr`.
+        negatives: the strategy drawing each batch's negatives, per point or shared by the
+            batch (``None``: per point with a sampler, none without).
 
     Raises:
         TypeError: if ``loss`` is neither a :class:`~recsys_midx.losses.MultiLabelSoftmaxLoss`
@@ -60,13 +63,15 @@ class XCModule(CatalogModule):
         self,
         encoder: XCEncoder,
         head: Head,
-        sampler: NegativeSampler,
+        sampler: NegativeSampler | None,
         loss: MultiLabelSoftmaxLoss | EDRepLoss,
         optimizer: OptimizerFactory,
         ks: Sequence[int] = (1, 3, 5),
         eval_chunk_size: int = 65536,
         table_optimizer: str | None = None,
         table_lr: float | None = None,
+        *,
+        negatives: NegativesStrategy | None = None,
     ) -> None:
         # EDRepLoss takes [Q, P] positives as well as [Q] targets.
         if not isinstance(loss, (MultiLabelSoftmaxLoss, EDRepLoss)):
@@ -75,7 +80,15 @@ class XCModule(CatalogModule):
                 f"EDRepLoss (loss=edrep), got {type(loss).__name__}"
             )
         super().__init__(
-            encoder, head, sampler, loss, optimizer, XCMetrics(ks), table_optimizer, table_lr
+            encoder,
+            head,
+            sampler,
+            loss,
+            optimizer,
+            XCMetrics(ks),
+            table_optimizer,
+            table_lr,
+            negatives=negatives,
         )
         self.eval_chunk_size = eval_chunk_size
         weights = torch.ones(encoder.num_labels + 1)

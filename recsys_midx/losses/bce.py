@@ -2,7 +2,7 @@
 every item scored on its own through a sigmoid (SASRec's original objective).
 
 No normaliser is estimated, so the proposal's ``log q`` plays no part: the negatives are
-whatever the sampler draws, per query or shared by the batch.
+whatever the strategy draws, per query or shared by the batch.
 
 A dot product has no bias, so a model whose scores start near zero gives every item the
 probability 1/2 and spends its first steps pushing every score down; with hundreds of negatives
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..heads import DotHead, HeadOutput
-from ..samplers import Sampler
+from ..negatives import Negatives, Scope
 from ..scoring import compute_dtype
 from .full_softmax import (
     check_scoring_inputs,
@@ -31,9 +31,8 @@ from .full_softmax import (
     score_candidates,
     without_autocast,
 )
-from .negatives import draw_negatives, draw_shared_negatives
 from .sampled_softmax import check_excluded, score_negatives
-from .window_exclusion import batch_sequences, window_hits
+from .softmax import check_scope
 
 
 def prior_score(positive_weight: float, num_negatives: int) -> float:
@@ -70,7 +69,7 @@ def binary_cross_entropy_loss(
         neg_ids: ``[Q, M]`` negative ids in ``1..N``, or ``[M]`` shared by all queries.
         positive_weight: ``w``, the positive term's weight (gBCE's ``beta``; 1 for plain BCE).
         excluded: ``[Q, M]`` true at negatives left out besides the accidental hits
-            (``loss.exclude_window``); ``None``: none.
+            (``negatives.exclude_window``); ``None``: none.
         score_offset: a constant added to every score (:func:`prior_score`); it moves no
             ranking.
 
@@ -117,35 +116,28 @@ def binary_cross_entropy_loss(
 
 
 class BCELoss(torch.nn.Module):
-    """Binary cross-entropy of each target against ``sampler.num_negatives`` sampled negatives.
+    """Binary cross-entropy of each target against the negatives drawn for it.
 
-    The negatives come from the sampler (per query, or one set shared by the batch with
-    ``shared_negatives``) without any logQ correction: the sigmoid scores every item on its
-    own, so there is no normaliser to estimate. The loss is the batch mean of
-    :func:`binary_cross_entropy_loss`.
+    The negatives come per query or shared by the batch (``negatives=per_query`` or
+    ``negatives=shared``, with ``negatives.exclude_window`` those in the query's training
+    sequence left out, as SASRec's own training draws them from outside the user's items),
+    without any logQ correction: the sigmoid scores every item on its own, so there is no
+    normaliser to estimate. The loss is the batch mean of :func:`binary_cross_entropy_loss`.
 
     Args:
-        shared_negatives: draw one set of ``sampler.num_negatives`` negatives for the whole
-            batch instead of one per query.
-        exclude_window: leave out the negatives that are items of the query's training
-            sequence (:mod:`~recsys_midx.losses.window_exclusion`), as SASRec's own training
-            draws them from outside the user's items: the loss is then called with the batch's
-            ``windows`` and query ``positions`` (``per_sequence``).
-        prior_offset: add :func:`prior_score` of the positive's weight and
-            ``sampler.num_negatives`` to every score, so that scores near zero are the best
-            constant prediction (0 with one negative and weight 1). The model's own scores,
-            which rankings use, leave it out; their calibrated probability is
-            ``sigmoid(s + offset)``.
+        prior_offset: add :func:`prior_score` of the positive's weight and the ``M`` negatives
+            per positive to every score, so that scores near zero are the best constant
+            prediction (0 with one negative and weight 1). The model's own scores, which
+            rankings use, leave it out; their calibrated probability is ``sigmoid(s + offset)``.
 
     Raises:
-        ValueError: when called with an exhaustive sampler (``sampler=full``): it draws no
-            negatives; with ``exclude_window``, when called without the sequences.
+        ValueError: when called with negatives it does not score (the whole catalog, or drawn
+            per sequence).
 
     Example:
-        >>> from recsys_midx.samplers import UniformSampler
-        >>> loss = BCELoss()(DotHead()(torch.randn(4, 8)), torch.tensor([1, 2, 3, 4]),
-        ...                  torch.randn(11, 8), UniformSampler(10, 1))
-        >>> loss.shape
+        >>> output, targets = DotHead()(torch.randn(4, 8)), torch.tensor([1, 2, 3, 4])
+        >>> negatives = Negatives("query", torch.tensor([[5], [6], [7], [8]]))  # one each
+        >>> BCELoss()(output, targets, torch.randn(11, 8), negatives).shape
         torch.Size([])
     """
 
@@ -153,56 +145,35 @@ class BCELoss(torch.nn.Module):
     name: ClassVar[str] = "bce"
     #: A sigmoid of the plain dot product.
     accepted_heads: ClassVar[tuple[type[DotHead], ...]] = (DotHead,)
+    #: Trains on drawn negatives, per query or shared by the batch.
+    scopes: ClassVar[frozenset[Scope]] = frozenset({"query", "batch"})
+    #: No normaliser: the positives' log q is never used.
+    corrects_by_log_q: ClassVar[bool] = False
+    exact_on_catalog: ClassVar[bool] = False
     refreshable: ClassVar[bool] = False
-    #: Trains on the sampler's negatives: an exhaustive sampler is refused.
-    needs_negatives: ClassVar[bool] = True
-    #: Called with the batch's training sequences (set per instance by ``exclude_window``).
-    per_sequence: bool = False
 
-    def __init__(
-        self,
-        shared_negatives: bool = False,
-        exclude_window: bool = False,
-        prior_offset: bool = True,
-    ) -> None:
+    def __init__(self, prior_offset: bool = True) -> None:
         super().__init__()
-        self.shared_negatives = bool(shared_negatives)
-        self.exclude_window = self.per_sequence = bool(exclude_window)
         self.prior_offset = bool(prior_offset)
 
-    def positive_weight(self, sampler: Sampler) -> float:
-        """The weight of the positive term: 1 for plain binary cross-entropy."""
+    def positive_weight(self, num_negatives: int, num_items: int) -> float:
+        """The weight of the positive term for ``num_negatives`` per positive from
+        ``num_items``: 1 for plain binary cross-entropy."""
         return 1.0
 
     def forward(
-        self,
-        output: HeadOutput,
-        targets: Tensor,
-        item_emb: Tensor,
-        sampler: Sampler,
-        *,
-        windows: Tensor | None = None,
-        positions: Tensor | None = None,
+        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, negatives: Negatives
     ) -> Tensor:
         """Scalar loss of a batch: ``output``'s ``[Q, D]`` scaled queries, ``[Q]`` targets, the
-        ``[N+1, D]`` item table and the sampler that draws the negatives; with
-        ``exclude_window`` also the ``[B, W]`` training sequences and ``[B, L]`` query
-        positions."""
-        if sampler.exhaustive:
-            raise ValueError(f"loss={self.name} needs sampled negatives, not sampler=full")
-        sequences = batch_sequences(self.name, windows, positions) if self.exclude_window else None
-        draw = draw_shared_negatives if self.shared_negatives else draw_negatives
-        # Exact positives: the positives' log q is never used, so it is not computed.
-        negatives = draw(sampler, output.queries, targets, True)
-        excluded = None if sequences is None else window_hits(negatives.ids, sequences)
-        weight = self.positive_weight(sampler)
-        offset = prior_score(weight, sampler.num_negatives) if self.prior_offset else 0.0
+        ``[N+1, D]`` item table and the negatives drawn per query or for the batch (those
+        ``excluded`` left out)."""
+        check_scope(self, negatives)
+        num_drawn = negatives.num_drawn
+        weight = self.positive_weight(num_drawn, item_emb.shape[0] - 1)
+        offset = prior_score(weight, num_drawn) if self.prior_offset else 0.0
         return binary_cross_entropy_loss(
-            output.queries, item_emb, targets, negatives.ids, weight, excluded, offset
+            output.queries, item_emb, targets, negatives.ids, weight, negatives.excluded, offset
         ).mean()
 
     def extra_repr(self) -> str:
-        return (
-            f"shared_negatives={self.shared_negatives}, exclude_window={self.exclude_window}, "
-            f"prior_offset={self.prior_offset}"
-        )
+        return f"prior_offset={self.prior_offset}"

@@ -35,8 +35,9 @@ current vectors, standing for the (not stored) vectors the statistics were built
 agree right after a rebuild. With ``exact_positives=False`` the loss is the paper's
 ``log Z_est(z) - s_p`` over all items (other positives of the query included).
 
-The sampler the Lightning modules pass is not used, so drawn negatives get no exact terms: the
-objective stays one estimate plus the exact positives, with no draw to correct for.
+The loss takes no drawn negatives, only the whole catalog (``negatives=none``, which
+``loss=edrep`` selects): the objective stays one estimate plus the exact positives, with no
+draw to correct for.
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ from torch import Tensor
 
 from ..heads import DotHead, HeadOutput
 from ..index import IndexModule, ResidualCodebooks
-from ..samplers import Sampler
+from ..negatives import Negatives, Scope
 from ..scoring import compute_dtype, lookup_rows, row_chunks
 from .full_softmax import check_scoring_inputs
 from .multilabel import _positive_entries
+from .softmax import check_scope
 
 #: Items whose outer products are summed at once by :func:`cluster_statistics` (bounds memory
 #: to about this many floats, whatever ``N``).
@@ -189,14 +191,14 @@ class EDRepLoss(IndexModule):
 
     Called like :class:`~recsys_midx.losses.SoftmaxLoss` and
     :class:`~recsys_midx.losses.MultiLabelSoftmaxLoss` (``loss(head(query), targets, item_emb,
-    sampler)``), with ``[Q]`` targets (one per query) or ``[Q, P]`` positives padded with ``0``
-    (several per query; the loss averages over all positives of the batch). Scores are
-    ``s(z, v) = z . v`` for the head's scaled queries ``z = query / temperature``; the Gaussian
-    estimate is that of the plain dot product, so only a
-    :class:`~recsys_midx.heads.DotHead` is accepted (``accepted_heads``). The sampler is not
-    used: the normaliser comes from the cluster statistics, which :meth:`update` rebuilds from
-    the item table (the Lightning modules call it with the sampler's own rebuild, which
-    ``refreshable`` asks for).
+    negatives)``) with the whole catalog as negatives (``Negatives("catalog")``), and ``[Q]``
+    targets (one per query) or ``[Q, P]`` positives padded with ``0`` (several per query; the
+    loss averages over all positives of the batch). Scores are ``s(z, v) = z . v`` for the
+    head's scaled queries ``z = query / temperature``; the Gaussian estimate is that of the
+    plain dot product, so only a :class:`~recsys_midx.heads.DotHead` is accepted
+    (``accepted_heads``). The normaliser comes from the cluster statistics, which :meth:`update`
+    rebuilds from the item table (the Lightning modules call it with the sampler's rebuild,
+    which ``refreshable`` asks for).
 
     By default the statistics are constants between rebuilds, so only the positives' rows of the
     item table get gradients from the loss. With ``grad_through_stats=True`` the means and
@@ -222,13 +224,17 @@ class EDRepLoss(IndexModule):
         >>> item_emb = torch.randn(101, 8, requires_grad=True)
         >>> loss_fn.update(item_emb.detach())
         >>> query = torch.randn(3, 8, requires_grad=True)
-        >>> loss = loss_fn(head(query), torch.tensor([1, 50, 100]), item_emb)
+        >>> loss = loss_fn(head(query), torch.tensor([1, 50, 100]), item_emb, Negatives("catalog"))
         >>> loss.backward()
     """
 
     name: ClassVar[str] = "edrep"
     #: The Gaussian estimate is that of plain dot products of one query.
     accepted_heads: ClassVar[tuple[type[DotHead], ...]] = (DotHead,)
+    #: Estimates the whole catalog's normaliser itself.
+    scopes: ClassVar[frozenset[Scope]] = frozenset({"catalog"})
+    corrects_by_log_q: ClassVar[bool] = False
+    exact_on_catalog: ClassVar[bool] = False
     #: The cluster statistics are built from the item table: :meth:`update` rebuilds them.
     refreshable: ClassVar[bool] = True
 
@@ -325,7 +331,7 @@ class EDRepLoss(IndexModule):
         return gaussian_log_partition(query.to(dtype), *self.statistics(item_emb, dtype))
 
     def forward(
-        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, sampler: Sampler | None = None
+        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, negatives: Negatives
     ) -> Tensor:
         """Mean loss over the positives of a batch.
 
@@ -336,11 +342,16 @@ class EDRepLoss(IndexModule):
                 padded with ``0``.
             item_emb: ``[N+1, D]`` item table, row 0 padding; it must have ``N`` rows of the
                 table the statistics were built from.
-            sampler: unused (accepted so the objectives are interchangeable).
+            negatives: the whole catalog (``Negatives("catalog")``), whose normaliser the
+                statistics estimate.
 
         Returns:
             Scalar loss.
+
+        Raises:
+            ValueError: for drawn negatives or windows to leave out, or before :meth:`update`.
         """
+        check_scope(self, negatives, windows=False)
         self._check_built()
         query = output.queries
         if targets.dim() == 1:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..samplers import Sampler
 from .bce import BCELoss
 
 
@@ -37,15 +36,13 @@ def gbce_beta(calibration: float, num_negatives: int, num_items: int) -> float:
 
 class GBCELoss(BCELoss):
     """Generalised binary cross-entropy: ``-log sigmoid(s(p))^beta - sum_j log(1 -
-    sigmoid(s(n_j)))`` on the sampler's negatives, with ``beta`` (:func:`gbce_beta`) from the
-    calibration ``t`` and the sampler's sampling rate ``num_negatives / (num_items - 1)``.
+    sigmoid(s(n_j)))`` on the drawn negatives, with ``beta`` (:func:`gbce_beta`) from the
+    calibration ``t`` and the sampling rate ``M / (N - 1)`` of ``M`` negatives per positive
+    from ``N`` items (with ``negatives.exclude_window`` it keeps the catalog's rate).
 
     Args:
         calibration: ``t`` in ``[0, 1]``; gSASRec's default is 0.75.
-        shared_negatives: draw one set of negatives for the whole batch (see :class:`BCELoss`).
-        exclude_window: leave out negatives from the query's training sequence (see
-            :class:`BCELoss`); ``beta`` keeps the catalog's sampling rate.
-        prior_offset: add ``log(beta / num_negatives)`` to every score (see :class:`BCELoss`).
+        prior_offset: add ``log(beta / M)`` to every score (see :class:`BCELoss`).
 
     Raises:
         ValueError: if ``calibration`` is outside ``[0, 1]``.
@@ -53,30 +50,24 @@ class GBCELoss(BCELoss):
     Example:
         >>> import torch
         >>> from recsys_midx.heads import DotHead
-        >>> from recsys_midx.samplers import UniformSampler
-        >>> loss = GBCELoss()(DotHead()(torch.randn(4, 8)), torch.tensor([1, 2, 3, 4]),
-        ...                   torch.randn(11, 8), UniformSampler(10, 3))
-        >>> loss.shape
+        >>> from recsys_midx.negatives import Negatives
+        >>> output, targets = DotHead()(torch.randn(4, 8)), torch.tensor([1, 2, 3, 4])
+        >>> negatives = Negatives("batch", torch.tensor([5, 9, 10]))  # shared by the batch
+        >>> GBCELoss()(output, targets, torch.randn(11, 8), negatives).shape
         torch.Size([])
     """
 
     name: ClassVar[str] = "gbce"
 
-    def __init__(
-        self,
-        calibration: float = 0.75,
-        shared_negatives: bool = False,
-        exclude_window: bool = False,
-        prior_offset: bool = True,
-    ) -> None:
-        super().__init__(shared_negatives, exclude_window, prior_offset)
+    def __init__(self, calibration: float = 0.75, prior_offset: bool = True) -> None:
+        super().__init__(prior_offset)
         if not 0.0 <= calibration <= 1.0:
             raise ValueError(f"calibration={calibration} must be in [0, 1]")
         self.calibration = float(calibration)
 
-    def positive_weight(self, sampler: Sampler) -> float:
-        """``beta`` for the sampler's number of negatives and catalog size."""
-        return gbce_beta(self.calibration, sampler.num_negatives, sampler.num_items)
+    def positive_weight(self, num_negatives: int, num_items: int) -> float:
+        """``beta`` for ``num_negatives`` per positive from ``num_items``."""
+        return gbce_beta(self.calibration, num_negatives, num_items)
 
     def extra_repr(self) -> str:
         return f"calibration={self.calibration}, {super().extra_repr()}"

@@ -354,49 +354,38 @@ class MultiLabelSoftmaxLoss(CatalogSoftmax):
     positive's softmax cross-entropy against the labels its point does not carry, for the scaled
     queries ``z`` of an output head (scores ``s(z, v) = z . v``, deformed by the head).
 
-    With an exhaustive sampler it is exact (:func:`multilabel_full_softmax_loss`); with any other
-    sampler each query draws ``sampler.num_negatives`` negatives once, shared by all its
-    positives, and negatives hitting any of its positives are masked
-    (:func:`multilabel_sampled_softmax_loss`). The sampler observes the batch's positives and sees
-    the scaled query, as with :class:`~recsys_midx.losses.SoftmaxLoss`.
+    Given the whole catalog (``Negatives("catalog")``) it is exact
+    (:func:`multilabel_full_softmax_loss`); given negatives drawn per point (or shared by the
+    batch), they are shared by all the point's positives, and those hitting any of its positives
+    are masked (:func:`multilabel_sampled_softmax_loss`). A point's labels are not a sequence:
+    there is no window to leave out and no per-sequence draw.
 
     Args:
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
-        exact_positives: count each positive exactly in the sampled normaliser instead of
-            logQ-correcting it like a negative; ``None``: as the sampler prefers (see
-            :class:`CatalogSoftmax`).
-        shared_negatives: draw one set of negatives for the whole batch, shared by all its
-            points and their positives, instead of one per point (see :class:`CatalogSoftmax`).
 
     Raises:
         ValueError: if ``chunk_size < 1``; on malformed inputs when called.
 
     Example:
+        >>> import math
         >>> from recsys_midx.heads import DotHead
-        >>> from recsys_midx.samplers import UniformSampler
+        >>> from recsys_midx.negatives import Negatives, exact_positive_log_q
         >>> head, loss_fn = DotHead(), MultiLabelSoftmaxLoss()
         >>> query = torch.randn(3, 8, requires_grad=True)
         >>> item_emb = torch.randn(101, 8, requires_grad=True)
         >>> positives = torch.tensor([[4, 7, 9], [100, 0, 0], [1, 2, 0]])
-        >>> loss = loss_fn(head(query), positives, item_emb, UniformSampler(100, 10))
-        >>> loss.backward()
+        >>> ids = torch.randint(1, 101, (3, 10))  # 10 uniform draws per point: log q = -log 100
+        >>> negatives = Negatives("query", ids, torch.full((3, 10), -math.log(100)),
+        ...                       exact_positive_log_q(positives, 10))
+        >>> loss_fn(head(query), positives, item_emb, negatives).backward()
     """
 
     name = "multilabel_softmax"
-
+    scopes = frozenset({"catalog", "query", "batch"})
     functions = LossFunctions(
         exact=multilabel_full_softmax_loss,
         sampled=multilabel_sampled_softmax_loss,
         head_exact=multilabel_head_full_softmax_loss,
         head_sampled=multilabel_head_sampled_softmax_loss,
     )
-
-    def __init__(
-        self,
-        chunk_size: int = 32768,
-        exact_positives: bool | None = None,
-        shared_negatives: bool = False,
-    ) -> None:
-        # A point's labels are not a sequence: there is no window to leave out.
-        super().__init__(chunk_size, exact_positives, shared_negatives)

@@ -17,9 +17,10 @@ import torch
 from torch import Tensor
 
 from ..heads import DotHead, HeadOutput
-from ..samplers import Sampler
+from ..negatives import Negatives, Scope
 from ..scoring import compute_dtype
 from .full_softmax import check_scoring_inputs, gather_rows, without_autocast
+from .softmax import check_scope
 
 
 @torch.no_grad()
@@ -101,8 +102,9 @@ class ScalableCrossEntropyLoss(torch.nn.Module):
     ``mix_queries``, random mixtures ``R^T Z`` of the batch's queries, which follow where the
     queries are), puts in each the ``bucket_queries`` queries and the ``bucket_items`` items
     scoring highest with it (:func:`bucket_members`), and averages
-    :func:`bucketed_cross_entropy_loss` over the queries some bucket holds. The sampler plays
-    no part: pair it with ``sampler=uniform`` (which then costs nothing but a check).
+    :func:`bucketed_cross_entropy_loss` over the queries some bucket holds. It draws its own
+    candidates: it takes no drawn negatives, only the whole catalog (``negatives=none``, which
+    ``loss=sce`` selects).
 
     Args:
         num_buckets: ``B``, buckets per step.
@@ -115,10 +117,9 @@ class ScalableCrossEntropyLoss(torch.nn.Module):
         ValueError: if a size is not positive.
 
     Example:
-        >>> from recsys_midx.samplers import UniformSampler
         >>> loss_fn = ScalableCrossEntropyLoss(num_buckets=4, bucket_queries=3, bucket_items=5)
         >>> loss = loss_fn(DotHead()(torch.randn(6, 8)), torch.tensor([1, 2, 3, 4, 5, 6]),
-        ...                torch.randn(21, 8), UniformSampler(20, 1))
+        ...                torch.randn(21, 8), Negatives("catalog"))
         >>> loss.shape
         torch.Size([])
     """
@@ -127,10 +128,11 @@ class ScalableCrossEntropyLoss(torch.nn.Module):
     name: ClassVar[str] = "sce"
     #: Buckets of plain dot products.
     accepted_heads: ClassVar[tuple[type[DotHead], ...]] = (DotHead,)
+    #: Scores candidates of its own choosing (its buckets) from the whole catalog.
+    scopes: ClassVar[frozenset[Scope]] = frozenset({"catalog"})
+    corrects_by_log_q: ClassVar[bool] = False
+    exact_on_catalog: ClassVar[bool] = False
     refreshable: ClassVar[bool] = False
-    #: Scores candidates of its own choosing (its buckets): the sampler draws nothing, and a
-    #: run is named by the objective rather than by its sampler.
-    picks_own_candidates: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -162,10 +164,15 @@ class ScalableCrossEntropyLoss(torch.nn.Module):
         return torch.randn(self.num_buckets, query.shape[1], device=query.device) * scale
 
     def forward(
-        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, sampler: Sampler
+        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, negatives: Negatives
     ) -> Tensor:
         """Scalar loss of a batch: ``output``'s ``[Q, D]`` scaled queries, ``[Q]`` targets and
-        the ``[N+1, D]`` item table; ``sampler`` is not used."""
+        the ``[N+1, D]`` item table; ``negatives`` must be the whole catalog, without windows.
+
+        Raises:
+            ValueError: for drawn negatives, or with the batch's windows to leave out.
+        """
+        check_scope(self, negatives, windows=False)
         query = output.queries
         rows, ids = bucket_members(
             query.detach().float(),

@@ -1,9 +1,9 @@
-"""The softmax objectives: exact or sampled, chosen by the sampler they are given.
+"""The softmax objectives: exact, or sampled on the negatives a strategy drew.
 
 :class:`CatalogSoftmax` holds what every such objective shares: reading the output head's
-:class:`~recsys_midx.heads.HeadOutput` (scaled queries, mixture prior, score transform), the
-choice between the exact loss (exhaustive samplers) and the sampled one, and which draw of
-negatives (:mod:`~recsys_midx.losses.negatives`) a batch gets.
+:class:`~recsys_midx.heads.HeadOutput` (scaled queries, mixture prior, score transform) and
+choosing, by the scope of the :class:`~recsys_midx.negatives.Negatives` it is given, between the
+exact loss over the catalog and the sampled one with the logQ correction.
 :class:`SoftmaxLoss` (one target per query) and
 :class:`~recsys_midx.losses.multilabel.MultiLabelSoftmaxLoss` (several positives per query) only
 name the functions (:class:`LossFunctions`) computing the exact and the sampled losses: for the
@@ -19,16 +19,17 @@ import torch
 from torch import Tensor
 
 from ..heads import Head, HeadOutput
-from ..samplers import Sampler
+from ..negatives import SCOPES, Negatives, Scope
+from ..protocols import Objective
 from ..scoring import Transform
 from .full_softmax import full_softmax_loss, head_full_softmax_loss
-from .negatives import Negatives, draw_mixture_negatives, draw_negatives, draw_shared_negatives
 from .sampled_softmax import head_sampled_softmax_loss, sampled_softmax_loss
-from .window_exclusion import batch_sequences, full_softmax_loss_outside_windows, window_hits
+from .window_exclusion import full_softmax_loss_outside_windows
+from .window_softmax import window_softmax_loss
 
 
 class LossFunctions(NamedTuple):
-    """The four per-positive loss functions of an objective (each returns one loss per positive).
+    """The per-positive loss functions of an objective (each returns one loss per positive).
 
     The sampled functions take negatives ``neg_ids`` ``[Q, M]`` per query or ``[M]`` shared by
     the batch, with ``neg_log_q`` shaped alike.
@@ -36,16 +37,22 @@ class LossFunctions(NamedTuple):
     Attributes:
         exact: ``(query, item_emb, targets, chunk_size)``, plain dot-product exact loss.
         sampled: ``(query, item_emb, targets, neg_ids, neg_log_q, pos_log_q)``, and the
-            keyword ``excluded`` (a ``[Q, M]`` mask) for an objective with ``exclude_window``.
+            keyword ``excluded`` (a ``[Q, M]`` mask of drawn ids in the query's window).
         head_exact: ``(queries, log_prior, item_emb, targets, transform, chunk_size)``.
         head_sampled: ``(queries, log_prior, item_emb, targets, neg_ids, neg_log_q, pos_log_q,
             transform)``, and ``excluded`` as for ``sampled``.
+        exact_outside_windows: ``(query, item_emb, targets, sequences, chunk_size)``, the plain
+            exact loss less each query's window; ``None`` where the targets have no windows.
+        per_sequence: ``(query, item_emb, targets, positions, neg_ids, valid, log_weights)``,
+            the plain loss on each sequence's own negatives; ``None`` where there are none.
     """
 
     exact: Callable[..., Tensor]
     sampled: Callable[..., Tensor]
     head_exact: Callable[..., Tensor]
     head_sampled: Callable[..., Tensor]
+    exact_outside_windows: Callable[..., Tensor] | None = None
+    per_sequence: Callable[..., Tensor] | None = None
 
 
 def _identity(scores: Tensor) -> Tensor:
@@ -57,39 +64,21 @@ class CatalogSoftmax(torch.nn.Module):
     (scores ``s(z, v) = z . v`` with ``z = query / temperature``, deformed by the head).
 
     :meth:`forward` takes the head's :class:`~recsys_midx.heads.HeadOutput` (one query or ``K``
-    component queries and a prior, already divided by the head's temperature), computes the
-    exact loss when the sampler is exhaustive, and otherwise draws negatives for the scaled
-    queries (:func:`draw_negatives`; :func:`draw_mixture_negatives` for several queries;
-    :func:`draw_shared_negatives` with ``shared_negatives``) and computes the sampled loss.
-    The head's pointwise transform applies to the scaled scores, before the logQ correction.
-    With a single query and no transform
-    (:class:`~recsys_midx.heads.DotHead`, :class:`~recsys_midx.heads.MoEHead`) the plain
-    :meth:`exact_loss` / :meth:`sampled_loss` run; otherwise :meth:`head_exact_loss` /
-    :meth:`head_sampled_loss`. Every head is accepted (``accepted_heads``).
-    Only the :class:`~recsys_midx.protocols.NegativeSampler` protocol is used. A subclass says
-    how the targets are read by naming its :class:`LossFunctions` (``functions``).
+    component queries and a prior, already divided by the head's temperature) and the batch's
+    :class:`~recsys_midx.negatives.Negatives`, and by their scope computes the exact loss over
+    the catalog (``"catalog"``; less each query's window when the negatives carry the batch's
+    sequences), the logQ-corrected sampled loss on negatives per query or shared by the batch,
+    or the loss on each sequence's own weighted negatives (``"sequence"``). The head's
+    pointwise transform applies to the scaled scores, before the logQ correction. With a single
+    query and no transform (:class:`~recsys_midx.heads.DotHead`,
+    :class:`~recsys_midx.heads.MoEHead`) the plain functions run; otherwise the head's. Every
+    head is accepted (``accepted_heads``); the window's exact loss and the per-sequence one
+    take only the plain dot product. A subclass says how the targets are read by naming its
+    :class:`LossFunctions` (``functions``); the scopes it scores follow from them.
 
     Args:
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
-        exact_positives: how a sampled loss counts the positive in its normaliser. ``False``:
-            like a negative, ``o_p = s_p - log q(p)`` (the usual logQ correction). ``True``:
-            exactly, ``o_p = s_p`` with ``o_j = s_j - log(M q_j)`` for the negatives (see
-            :func:`exact_positive_log_q`). Both estimate the same normaliser, but the first
-            weighs the positive by ``1 / (M q(p))``: where the model puts much of its mass on
-            the positive and the proposal does not (``q(p) << p(p)``, as for a sampler that
-            reproduces a peaked softmax only coarsely), the positive dominates the estimate and
-            its gradient ``-(1 - p(p))`` shrinks towards 0. Counted exactly, it does not depend
-            on ``q(p)``. ``None``: as the sampler prefers (``sampler.prefers_exact_positives``;
-            ``True`` only for MIDX with exact top cells).
-        shared_negatives: draw one set of ``M = sampler.num_negatives`` negatives for the whole
-            batch from the mixture of its queries' proposals (:func:`draw_shared_negatives`)
-            instead of ``M`` per query, and score them for all queries with one matrix product.
-            Ignored by exhaustive samplers, whose loss is exact.
-        exclude_window: leave each query's training-sequence items other than its target out
-            of its normaliser (:mod:`~recsys_midx.losses.window_exclusion`): the loss is then
-            called with the batch's ``windows`` and query ``positions`` (``per_sequence``). The
-            exact loss with it takes only the plain dot product (no transform, one query).
 
     Raises:
         ValueError: if ``chunk_size < 1``.
@@ -100,35 +89,23 @@ class CatalogSoftmax(torch.nn.Module):
     name: ClassVar[str]
     #: Every head: the exact and sampled losses cover transforms and mixtures.
     accepted_heads: ClassVar[tuple[type[Head], ...]] = (Head,)
+    #: The scopes of negatives it scores (a subclass without per-sequence losses drops one).
+    scopes: ClassVar[frozenset[Scope]] = frozenset({"catalog", "query", "batch", "sequence"})
+    #: Sampled scores are corrected by the proposal's log q.
+    corrects_by_log_q: ClassVar[bool] = True
+    #: Given the whole catalog, the exact softmax.
+    exact_on_catalog: ClassVar[bool] = True
     #: Built from the item table? No: nothing to refresh.
     refreshable: ClassVar[bool] = False
-    #: Called with the batch's training sequences (set per instance by ``exclude_window``).
-    per_sequence: bool = False
 
-    def __init__(
-        self,
-        chunk_size: int = 32768,
-        exact_positives: bool | None = None,
-        shared_negatives: bool = False,
-        exclude_window: bool = False,
-    ) -> None:
+    def __init__(self, chunk_size: int = 32768) -> None:
         super().__init__()
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.chunk_size = int(chunk_size)
-        self.exact_positives = None if exact_positives is None else bool(exact_positives)
-        self.shared_negatives = bool(shared_negatives)
-        self.exclude_window = self.per_sequence = bool(exclude_window)
 
     def forward(
-        self,
-        output: HeadOutput,
-        targets: Tensor,
-        item_emb: Tensor,
-        sampler: Sampler,
-        *,
-        windows: Tensor | None = None,
-        positions: Tensor | None = None,
+        self, output: HeadOutput, targets: Tensor, item_emb: Tensor, negatives: Negatives
     ) -> Tensor:
         """Scalar loss of a batch.
 
@@ -138,72 +115,48 @@ class CatalogSoftmax(torch.nn.Module):
             targets: the positive ids of each query, as the subclass expects them (``[Q]``
                 target ids, or ``[Q, P]`` positives padded with ``0``).
             item_emb: ``[N+1, D]`` item table, row 0 padding.
-            sampler: the proposal; exhaustive samplers select the exact loss.
-            windows: ``[B, W]`` the batch's training sequences (``exclude_window`` only).
-            positions: ``[B, L]`` boolean mask of their query positions, row-major as the
-                queries (``exclude_window`` only).
+            negatives: the batch's negatives; the ``"catalog"`` scope selects the exact loss.
 
         Returns:
             Scalar loss.
 
         Raises:
-            ValueError: with ``exclude_window``, when the sequences are not given, or for the
-                exact loss of a head with a transform or several queries.
+            ValueError: for negatives of a scope it does not score, or a head with a transform
+                or several queries with the window's exact loss or per-sequence negatives.
         """
+        check_scope(self, negatives, windows=self.functions.exact_outside_windows is not None)
         z, log_prior, transform = output
         plain = z.dim() == 2 and transform is None
         transform = _identity if transform is None else transform
-        sequences = batch_sequences(self.name, windows, positions) if self.exclude_window else None
-        if sampler.exhaustive:
-            if sequences is not None:
-                if not plain:
-                    raise ValueError(
-                        f"loss={self.name} loss.exclude_window=true with sampler=full takes "
-                        "only the plain dot product (head=dot)"
-                    )
-                return full_softmax_loss_outside_windows(
-                    z, item_emb, targets, sequences, self.chunk_size
+        if negatives.scope == "catalog":
+            if negatives.sequences is not None:
+                _check_plain(plain, "the exact softmax outside each window")
+                return self.functions.exact_outside_windows(
+                    z, item_emb, targets, negatives.sequences, self.chunk_size
                 ).mean()
             if plain:
                 return self.exact_loss(z, targets, item_emb)
             return self.head_exact_loss(z, log_prior, targets, item_emb, transform)
-        if self.shared_negatives:
-            draw = draw_shared_negatives
-        else:
-            draw = draw_negatives if z.dim() == 2 else draw_mixture_negatives
-        negatives = draw(sampler, z, targets, self.counts_positives_exactly(sampler))
-        excluded = None if sequences is None else window_hits(negatives.ids, sequences)
+        if negatives.scope == "sequence":
+            _check_plain(plain, "negatives drawn per sequence")
+            return self.sequence_loss(z, targets, item_emb, negatives)
         if plain:
-            return self.sampled_loss(z, targets, item_emb, negatives, excluded)
-        return self.head_sampled_loss(
-            z, log_prior, targets, item_emb, negatives, transform, excluded
-        )
-
-    def counts_positives_exactly(self, sampler: Sampler) -> bool:
-        """Whether a sampled loss with ``sampler`` counts the positive exactly: as set, or as
-        the sampler prefers when ``exact_positives`` is ``None``."""
-        if self.exact_positives is None:
-            return bool(sampler.prefers_exact_positives)
-        return self.exact_positives
+            return self.sampled_loss(z, targets, item_emb, negatives)
+        return self.head_sampled_loss(z, log_prior, targets, item_emb, negatives, transform)
 
     def exact_loss(self, query: Tensor, targets: Tensor, item_emb: Tensor) -> Tensor:
         """Mean exact cross-entropy of the plain dot-product softmax for scaled queries."""
         return self.functions.exact(query, item_emb, targets, self.chunk_size).mean()
 
     def sampled_loss(
-        self,
-        query: Tensor,
-        targets: Tensor,
-        item_emb: Tensor,
-        negatives: Negatives,
-        excluded: Tensor | None = None,
+        self, query: Tensor, targets: Tensor, item_emb: Tensor, negatives: Negatives
     ) -> Tensor:
         """Mean logQ-corrected sampled cross-entropy for scaled queries and drawn negatives,
-        the ``[Q, M]`` ``excluded`` ones (``exclude_window``) left out."""
+        the ``excluded`` ones (drawn ids in the query's window) left out."""
         args = (query, item_emb, targets, negatives.ids, negatives.log_q, negatives.positive_log_q)
-        if excluded is None:
+        if negatives.excluded is None:
             return self.functions.sampled(*args).mean()
-        return self.functions.sampled(*args, excluded=excluded).mean()
+        return self.functions.sampled(*args, excluded=negatives.excluded).mean()
 
     def head_exact_loss(
         self,
@@ -227,10 +180,9 @@ class CatalogSoftmax(torch.nn.Module):
         item_emb: Tensor,
         negatives: Negatives,
         transform: Transform,
-        excluded: Tensor | None = None,
     ) -> Tensor:
         """Mean sampled cross-entropy of the head's model for scaled queries, drawn negatives
-        and the head's score ``transform``, the ``[Q, M]`` ``excluded`` negatives left out."""
+        and the head's score ``transform``, the ``excluded`` negatives left out."""
         args = (
             queries,
             log_prior,
@@ -241,51 +193,87 @@ class CatalogSoftmax(torch.nn.Module):
             negatives.positive_log_q,
             transform,
         )
-        if excluded is None:
+        if negatives.excluded is None:
             return self.functions.head_sampled(*args).mean()
-        return self.functions.head_sampled(*args, excluded=excluded).mean()
+        return self.functions.head_sampled(*args, excluded=negatives.excluded).mean()
+
+    def sequence_loss(
+        self, query: Tensor, targets: Tensor, item_emb: Tensor, negatives: Negatives
+    ) -> Tensor:
+        """Mean cross-entropy of each target against its sequence's weighted negatives, the
+        positive counted exactly, the ``excluded`` columns left out."""
+        valid = None if negatives.excluded is None else ~negatives.excluded
+        return self.functions.per_sequence(
+            query,
+            item_emb,
+            targets,
+            negatives.sequences.positions,
+            negatives.ids,
+            valid,
+            negatives.log_weights,
+        ).mean()
 
     def extra_repr(self) -> str:
-        return (
-            f"chunk_size={self.chunk_size}, exact_positives={self.exact_positives}, "
-            f"shared_negatives={self.shared_negatives}, exclude_window={self.exclude_window}"
+        return f"chunk_size={self.chunk_size}"
+
+
+def check_scope(objective: Objective, negatives: Negatives, windows: bool = True) -> None:
+    """Refuse negatives of a scope the objective does not score (its ``scopes``), and, unless
+    it leaves windows out of the exact normaliser (``windows``), the catalog less each window.
+
+    Raises:
+        ValueError: naming the objective and what it takes.
+    """
+    if negatives.scope not in objective.scopes:
+        taken = ", ".join(scope for scope in SCOPES if scope in objective.scopes)
+        raise ValueError(
+            f"loss={objective.name} does not score negatives of scope {negatives.scope}: it "
+            f"takes {taken}"
         )
+    if not windows and negatives.scope == "catalog" and negatives.sequences is not None:
+        raise ValueError(
+            f"loss={objective.name} does not leave each window out of its normaliser: drop "
+            "negatives.exclude_window"
+        )
+
+
+def _check_plain(plain: bool, what: str) -> None:
+    if not plain:
+        raise ValueError(f"{what} takes only the plain dot product (head=dot or head=moe)")
 
 
 class SoftmaxLoss(CatalogSoftmax):
     """Softmax cross-entropy over the catalog, one target per query, for the scaled queries
     ``z`` of an output head (scores ``s(z, v) = z . v``, deformed by the head).
 
-    With an exhaustive sampler (:class:`~recsys_midx.samplers.FullSampler`) it computes the exact
-    cross-entropy over items ``1..N``; with any other sampler it draws ``sampler.num_negatives``
-    negatives per query and computes the logQ-corrected sampled softmax. The sampler gets the same
-    scaled query ``z`` that defines the scores, so a query-dependent proposal approximates the very
-    softmax being trained.
+    Given the whole catalog (``Negatives("catalog")``, what ``negatives=none`` and
+    ``sampler=full`` give) it computes the exact cross-entropy over items ``1..N``, or with the
+    batch's sequences the exact cross-entropy over the target and the items outside its window
+    (:func:`full_softmax_loss_outside_windows`); given drawn negatives, the logQ-corrected
+    sampled softmax (:func:`sampled_softmax_loss`), or for negatives drawn per sequence the
+    softmax over each target and its sequence's weighted negatives
+    (:func:`window_softmax_loss`).
 
     Args:
         chunk_size: items scored at once by the exact loss (memory about ``Q * chunk_size``
             floats).
-        exact_positives: count each positive exactly in the sampled normaliser instead of
-            logQ-correcting it like a negative; ``None``: as the sampler prefers (see
-            :class:`CatalogSoftmax`).
-        shared_negatives: draw one set of negatives for the whole batch instead of one per
-            query (see :class:`CatalogSoftmax`).
-        exclude_window: leave each query's training-sequence items other than its target out
-            of its normaliser (see :class:`CatalogSoftmax`).
 
     Raises:
         ValueError: if ``chunk_size < 1``; on malformed inputs when called (see
             :func:`full_softmax_loss` and :func:`sampled_softmax_loss`).
 
     Example:
+        >>> import math
         >>> from recsys_midx.heads import DotHead
-        >>> from recsys_midx.samplers import UniformSampler
         >>> head, loss_fn = DotHead(temperature=0.5), SoftmaxLoss()
         >>> query = torch.randn(4, 8, requires_grad=True)
         >>> item_emb = torch.randn(101, 8, requires_grad=True)
-        >>> loss = loss_fn(head(query), torch.tensor([1, 5, 9, 100]), item_emb,
-        ...                UniformSampler(100, 10))
-        >>> loss.backward()
+        >>> targets = torch.tensor([1, 5, 9, 100])
+        >>> exact = loss_fn(head(query), targets, item_emb, Negatives("catalog"))
+        >>> ids = torch.randint(1, 101, (4, 10))  # 10 uniform draws per query: log q = -log 100
+        >>> log_q = torch.full((4, 10), -math.log(100))
+        >>> negatives = Negatives("query", ids, log_q, torch.full((4,), -math.log(100)))
+        >>> loss_fn(head(query), targets, item_emb, negatives).backward()
     """
 
     name = "softmax"
@@ -294,4 +282,6 @@ class SoftmaxLoss(CatalogSoftmax):
         sampled=sampled_softmax_loss,
         head_exact=head_full_softmax_loss,
         head_sampled=head_sampled_softmax_loss,
+        exact_outside_windows=full_softmax_loss_outside_windows,
+        per_sequence=window_softmax_loss,
     )

@@ -59,16 +59,19 @@ class SequenceEncoder(nn.Module, abc.ABC):
         """Give the item tables sparse gradients: only the rows a step reads, by the input lookup
         and by the losses (:func:`~recsys_midx.scoring.lookup_rows`).
 
+        Every table is also marked ``sparse`` as an embedding module, which is how DDP tells
+        which parameters' gradients to reduce as sparse tensors, the separate output table's
+        included (the losses read it through :func:`~recsys_midx.scoring.lookup_rows`, not
+        through the module).
+
         Returns:
             The tables whose gradients are now sparse, for a row-wise optimizer.
         """
-        self.item_emb.sparse = True
-        tables = [
-            module.weight for module in (self.item_emb, self.output_emb) if module is not None
-        ]
-        for table in tables:
-            mark_sparse_rows(table)
-        return tables
+        embeddings = [module for module in (self.item_emb, self.output_emb) if module is not None]
+        for embedding in embeddings:
+            embedding.sparse = True
+            mark_sparse_rows(embedding.weight)
+        return [embedding.weight for embedding in embeddings]
 
     @abc.abstractmethod
     def forward(self, item_seq: Tensor) -> Tensor:

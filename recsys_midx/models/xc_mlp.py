@@ -89,10 +89,15 @@ class XCEncoder(nn.Module):
         """Give the label and feature tables sparse gradients: only the rows a step reads (the
         batch's features; its positives and negatives, by :func:`~recsys_midx.scoring.lookup_rows`).
 
+        Both are marked ``sparse`` as embedding modules, which is how DDP tells which
+        parameters' gradients to reduce as sparse tensors (the losses read the label table
+        through :func:`~recsys_midx.scoring.lookup_rows`, not through its module).
+
         Returns:
             The tables whose gradients are now sparse, for a row-wise optimizer.
         """
         self.feature_emb.sparse = True
+        self.label_emb.sparse = True
         mark_sparse_rows(self.label_emb.weight)
         return [self.label_emb.weight, self.feature_emb.weight]
 

@@ -4,8 +4,8 @@ A sampler proposes negative item ids for a batch of (already temperature-scaled)
 reports the exact, normalised log-probability ``log q`` of each id, which the sampled-softmax loss
 uses for the logQ correction. Item ids are ``1..N``; id ``0`` is padding and is never drawn.
 
-Each sampler also declares what the rest of the package needs to know about it: its family name
-and colour in summaries, the valid values of its enumerated settings and the lowest of its sizes
+Each sampler also declares what the rest of the package needs to know about it: the valid values
+of its enumerated settings and the lowest of its sizes
 (which the constructor and the pre-flight checks both enforce), and the sizes that suit a small
 catalog. Its constructor's defaults are the defaults: ``recsys_midx/conf/sampler/*.yaml`` repeat
 them, and a test checks that they agree.
@@ -37,9 +37,8 @@ class Sampler(torch.nn.Module, abc.ABC):
     or on item counts. Samplers are plain torch modules: their state (codebooks, weights) lives
     in buffers, so it follows ``.to(device)`` and ``state_dict``.
 
-    A subclass declares :attr:`family` and :attr:`colour`, and where it has them its
-    :attr:`choices` and :attr:`minimums`; its constructor checks its arguments against them with
-    :meth:`check_settings`.
+    A subclass declares, where it has them, its :attr:`choices` and :attr:`minimums`; its
+    constructor checks its arguments against them with :meth:`check_settings`.
 
     Args:
         num_items: ``N``, the number of real items; valid ids are ``1..N``.
@@ -50,24 +49,16 @@ class Sampler(torch.nn.Module, abc.ABC):
         ValueError: if ``num_items < 1`` or ``num_negatives`` is not in ``1..N-1``.
     """
 
-    #: True for the sampler that stands for "no sampling": the objective computes the exact
-    #: full-softmax cross-entropy instead of drawing negatives.
-    exhaustive: ClassVar[bool] = False
     #: True when ``q(i | z)`` does not depend on the query ``z`` (uniform, popularity, in-batch):
     #: a mixture of the proposals of several queries is then the proposal itself, so objectives
     #: that pool the queries of a batch score ids under any one query instead of all of them.
     #: Such a sampler does not read the query's values, so it accepts non-finite ones.
     query_independent: ClassVar[bool] = False
 
-    #: True when the proposal follows the softmax closely enough that the objective should count
-    #: the positive exactly rather than logQ-correct it (an objective told neither follows this).
+    #: True when the proposal follows the softmax closely enough that the loss should count the
+    #: positive exactly rather than logQ-correct it (a strategy told neither follows this).
     prefers_exact_positives: bool = False
 
-    #: Name of the sampler's family in summaries and plots (``"midx"`` for every MIDX variant).
-    family: ClassVar[str]
-    #: Colour of the family in plots (a matplotlib colour), so that every figure of a sweep
-    #: agrees.
-    colour: ClassVar[str]
     #: The valid values of the sampler's enumerated settings, by constructor argument.
     choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     #: The lowest valid value of the sampler's integer settings whatever the catalog, by
@@ -78,7 +69,7 @@ class Sampler(torch.nn.Module, abc.ABC):
         super().__init__()
         if num_items < 1:
             raise ValueError(f"num_items must be >= 1, got {num_items}")
-        if not self.exhaustive and not 0 < num_negatives < num_items:
+        if not 0 < num_negatives < num_items:
             raise ValueError(
                 f"num_negatives must be in 1..{num_items - 1} for a catalog of {num_items} items, "
                 f"got {num_negatives}"
@@ -131,7 +122,7 @@ class Sampler(torch.nn.Module, abc.ABC):
         """Settings that replace defaults too large for a catalog of ``num_items`` items.
 
         The base draws a quarter of the catalog when the default number of negatives is not
-        below it; an exhaustive sampler needs nothing. Samplers with sizes of their own add
+        below it. Samplers with sizes of their own add
         them.
 
         Args:
@@ -146,27 +137,9 @@ class Sampler(torch.nn.Module, abc.ABC):
             ({'num_negatives': 20}, {})
         """
         negatives = cls.defaults()["num_negatives"]
-        if cls.exhaustive or negatives < num_items:
+        if negatives < num_items:
             return {}
         return {"num_negatives": max(1, num_items // 4)}
-
-    @classmethod
-    def label_parts(
-        cls, settings: Mapping[str, Any], sizing: Mapping[str, Any], every_n_steps: int | None
-    ) -> list[str]:
-        """What tells this sampler's runs apart in a summary, shown as ``family[part,...]``.
-
-        The base shows nothing; a sampler with variants names them.
-
-        Args:
-            settings: the run's sampler config (older runs may lack settings added since).
-            sizing: the sizes the run's sampler derived from its catalog (:meth:`sizing`).
-            every_n_steps: the run's step refresh schedule (``None`` or 0: none).
-
-        Returns:
-            The parts, in order.
-        """
-        return []
 
     def update(self, item_emb: Tensor, item_counts: Tensor | None = None) -> None:
         """(Re)build the proposal from the item table ``[N+1, D]`` and optional counts ``[N+1]``.

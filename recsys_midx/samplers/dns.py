@@ -50,9 +50,6 @@ class DNSSampler(CandidatePoolSampler):
         (torch.Size([4, 10]), torch.float32)
     """
 
-    family = "dns"
-    colour = "C7"
-
     def __init__(self, num_items: int, num_negatives: int = 100, pool_size: int = 200) -> None:
         super().__init__(num_items, num_negatives, pool_size)
         if pool_size < num_negatives:

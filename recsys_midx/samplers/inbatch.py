@@ -34,8 +34,6 @@ class InBatchSampler(Sampler):
         True
     """
 
-    family = "inbatch"
-    colour = "C4"
     query_independent = True
 
     def __init__(self, num_items: int, num_negatives: int = 100) -> None:

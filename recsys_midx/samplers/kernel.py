@@ -69,8 +69,6 @@ class KernelSampler(Sampler, IndexModule):
         (torch.Size([4, 10]), torch.float32)
     """
 
-    family = "kernel"
-    colour = "C5"
     minimums = {"block_size": 1}
 
     def __init__(

@@ -65,8 +65,6 @@ class LSHSampler(Sampler, IndexModule):
         (torch.Size([4, 10]), torch.float32)
     """
 
-    family = "lsh"
-    colour = "C8"
     minimums = {"num_tables": 1}
 
     def __init__(

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -133,8 +133,6 @@ class MIDXSampler(Sampler, IndexModule):
         (torch.Size([4, 10]), torch.float32)
     """
 
-    family = "midx"
-    colour = "C3"
     choices = {
         "quantizer": tuple(QUANTIZERS),
         "last_stage": tuple(LAST_STAGES),
@@ -239,35 +237,6 @@ class MIDXSampler(Sampler, IndexModule):
         if codewords < defaults["num_codewords"]:
             settings["num_codewords"] = codewords
         return settings
-
-    @classmethod
-    def label_parts(
-        cls, settings: Mapping[str, Any], sizing: Mapping[str, Any], every_n_steps: int | None
-    ) -> list[str]:
-        """The quantiser and the last stage, then, where they are not the defaults, the
-        codewords per codebook (``K=256``), the step refresh schedule and the exact top cells as
-        used.
-
-        Example:
-            >>> MIDXSampler.label_parts({"quantizer": "rq", "num_codewords": 256}, {}, 10)
-            ['rq', 'uniform', 'K=256', 'refresh/10 steps']
-        """
-        defaults = cls.defaults()
-        parts = [
-            settings.get("quantizer", defaults["quantizer"]),
-            settings.get("last_stage", defaults["last_stage"]),
-        ]
-        codewords = settings.get("num_codewords", defaults["num_codewords"])
-        if codewords != defaults["num_codewords"]:
-            parts.append(f"K={codewords}")
-        if every_n_steps:
-            parts.append(f"refresh/{every_n_steps} steps")
-        # A run sized from the catalog records what it used; a config without the setting
-        # predates exact top cells.
-        top_codewords = sizing.get("exact_top_codewords", settings.get("exact_top_codewords"))
-        if top_codewords:
-            parts.append(f"exact top {top_codewords}")
-        return parts
 
     @property
     def num_cells(self) -> int:

@@ -45,8 +45,6 @@ class PopularitySampler(Sampler):
         tensor([[0.1250, 0.5000]])
     """
 
-    family = "popularity"
-    colour = "C2"
     query_independent = True
 
     def __init__(

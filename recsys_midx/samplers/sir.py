@@ -61,9 +61,6 @@ class SIRSampler(CandidatePoolSampler):
         (torch.Size([4, 10]), torch.float32)
     """
 
-    family = "sir"
-    colour = "C6"
-
     def __init__(
         self, num_items: int, num_negatives: int = 100, pool_size: int = 200, seed: int = 0
     ) -> None:

@@ -64,8 +64,6 @@ class UniformSampler(Sampler):
         (torch.Size([8, 20]), True)
     """
 
-    family = "uniform"
-    colour = "C1"
     query_independent = True
 
     def _draw(
