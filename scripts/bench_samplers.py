@@ -117,7 +117,7 @@ def sampler_factories(
         "midx": {},
         "midx_pop": {"last_stage": "popularity"},
         "midx_rq": {"quantizer": "rq"},
-        "midx_exact": {"last_stage": "exact"},
+        "midx_exact": {"last_stage": "residual"},
         **{f"midx+top{t}": {"exact_top_codewords": t} for t in exact_tops},
     }
     for name, kwargs in midx_variants.items():

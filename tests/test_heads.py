@@ -315,7 +315,7 @@ def test_mixture_negatives_follow_the_equal_weight_mixture_of_component_proposal
     num_items, components, contexts = 30, 3, 1500
     generator = _generator(9)
     item_emb = torch.randn(num_items + 1, 4, generator=generator)
-    sampler = MIDXSampler(num_items, num_negatives=6, num_codewords=4, last_stage="exact")
+    sampler = MIDXSampler(num_items, num_negatives=6, num_codewords=4, last_stage="residual")
     sampler.update(item_emb)
     # Three different component queries, repeated for many identical contexts.
     component_queries = torch.randn(components, 4, generator=generator) * 1.5

@@ -28,10 +28,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "midx_pop": {"quantizer": "pq", "last_stage": "popularity", "num_codewords": 16},
     "midx_rq": {"quantizer": "rq", "last_stage": "uniform", "num_codewords": 16},
     "midx_rq_pop": {"quantizer": "rq", "last_stage": "popularity", "num_codewords": 16},
-    "midx_exact": {"quantizer": "pq", "last_stage": "exact", "num_codewords": 16},
+    "midx_exact": {"quantizer": "pq", "last_stage": "residual", "num_codewords": 16},
     "midx_dense": {"quantizer": "pq", "last_stage": "uniform", "num_codewords": 8},
     "midx_rq_pop_dense": {"quantizer": "rq", "last_stage": "popularity", "num_codewords": 8},
-    "midx_exact_dense": {"quantizer": "pq", "last_stage": "exact", "num_codewords": 8},
+    "midx_exact_dense": {"quantizer": "pq", "last_stage": "residual", "num_codewords": 8},
     # The exact softmax over each query's top cells mixed in (sparse and dense tables).
     "midx_top": {"quantizer": "pq", "num_codewords": 16, "exact_top_codewords": 3},
     "midx_rq_pop_top": {

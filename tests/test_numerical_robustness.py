@@ -30,7 +30,7 @@ def _precision(autocast: bool) -> contextlib.AbstractContextManager[None]:
 SAMPLERS = {
     "midx": lambda: MIDXSampler(N, M, num_codewords=8),
     "midx_pop": lambda: MIDXSampler(N, M, num_codewords=8, last_stage="popularity"),
-    "midx_exact": lambda: MIDXSampler(N, M, num_codewords=8, last_stage="exact"),
+    "midx_exact": lambda: MIDXSampler(N, M, num_codewords=8, last_stage="residual"),
     "midx_rq": lambda: MIDXSampler(N, M, num_codewords=8, quantizer="rq"),
     "uniform": lambda: UniformSampler(N, M),
     "popularity": lambda: PopularitySampler(N, M),

@@ -79,7 +79,7 @@ CODE_GROUPS: dict[str, tuple[str, ...]] = {
     # The softmax losses, exact and sampled.
     "@softmax": (
         "recsys_midx/losses/softmax.py",
-        "recsys_midx/losses/negatives.py",
+        "recsys_midx/negatives",
         "recsys_midx/losses/sampled_softmax.py",
         "recsys_midx/losses/full_softmax.py",
         "recsys_midx/scoring",

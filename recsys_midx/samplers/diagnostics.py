@@ -53,7 +53,7 @@ def proposal_divergence(
     Example:
         >>> from recsys_midx.samplers.midx import MIDXSampler
         >>> items = torch.randn(501, 16)
-        >>> sampler = MIDXSampler(500, num_negatives=20, num_codewords=8, last_stage="exact")
+        >>> sampler = MIDXSampler(500, num_negatives=20, num_codewords=8, last_stage="residual")
         >>> sampler.update(items)
         >>> stats = proposal_divergence(sampler, torch.randn(8, 16), items)
         >>> stats["kl"] < 1e-4

@@ -6,7 +6,7 @@ buffers, rebuilt from the sampler's cell layout (ids in cell order and the cells
 
 * :class:`UniformStage`: ``w_i = 1``;
 * :class:`PopularityStage`: ``w_i = (count_i + smoothing) ** alpha``, query independent;
-* :class:`ExactStage`: ``w_i = exp(z.r_i)`` with the residual ``r_i = v_i - c_i``, which makes
+* :class:`ResidualStage`: ``w_i = exp(z.r_i)`` with the residual ``r_i = v_i - c_i``, which makes
   the proposal the softmax itself.
 """
 
@@ -23,7 +23,7 @@ from recsys_midx.index import Codebooks, IndexModule
 from recsys_midx.samplers.draws import draw_weighted, position_of_ids, prefix_sum
 from recsys_midx.samplers.popularity import popularity_weights
 
-#: Cap on ``query rows x items`` per chunk of the exact stage (its per-query tables are ``[N]``).
+#: Cap on ``query rows x items`` per chunk of the residual stage (its per-query tables are ``[N]``).
 _EXACT_CHUNK_ELEMENTS = 1 << 22
 
 
@@ -177,7 +177,7 @@ class PopularityStage(LastStage):
 
 
 class ExactState(NamedTuple):
-    """Per-chunk tables of the exact stage, all over positions in cell order."""
+    """Per-chunk tables of the residual stage, all over positions in cell order."""
 
     #: ``[Q, N]`` float64 inclusive cumsum of ``exp(z.r - max_{cell} z.r)``.
     cum: Tensor
@@ -189,7 +189,7 @@ class ExactState(NamedTuple):
     residual_scores: Tensor
 
 
-class ExactStage(LastStage):
+class ResidualStage(LastStage):
     """``w_i = exp(z.r_i)``, ``r_i = v_i - c_i``: the proposal is the softmax itself.
 
     Per query chunk it scores all residuals and shifts them by their per-cell maximum, so every

@@ -13,7 +13,7 @@ with ``W_cell = sum_{i in cell} w_i`` and a last-stage weight ``w_i``:
   ``update``, the weight of :class:`~recsys_midx.samplers.popularity.PopularitySampler`. The
   default smoothing 1 keeps never-seen items drawable, so every positive has a finite ``log q``;
   ``pop_alpha = 0`` is the uniform stage, 0.75 (default) the word2vec flattening;
-* ``"exact"``: ``w_i = exp(z.r_i)`` with the residual ``r_i = v_i - c_i``, so ``q`` is exactly
+* ``"residual"``: ``w_i = exp(z.r_i)`` with the residual ``r_i = v_i - c_i``, so ``q`` is exactly
   ``softmax(z.v)``; a correctness reference whose cost is ``O(N*D)`` per query again.
 
 A draw first picks a cell, then an item inside it in proportion to ``w_i``. ``log q`` is computed
@@ -60,7 +60,7 @@ from recsys_midx.samplers.exact_top import (
     TopCellsState,
     top_codewords_for_budget,
 )
-from recsys_midx.samplers.last_stage import ExactStage, LastStage, PopularityStage, UniformStage
+from recsys_midx.samplers.last_stage import LastStage, PopularityStage, ResidualStage, UniformStage
 from recsys_midx.samplers.query_chunks import query_chunk_rows
 from recsys_midx.scoring import row_chunks
 
@@ -70,7 +70,7 @@ log = logging.getLogger(__name__)
 LAST_STAGES: dict[str, Callable[[float, float], LastStage]] = {
     "uniform": lambda alpha, smoothing: UniformStage(),
     "popularity": PopularityStage,
-    "exact": lambda alpha, smoothing: ExactStage(),
+    "residual": lambda alpha, smoothing: ResidualStage(),
 }
 #: The ways of drawing cells (``cell_draw``).
 CELL_DRAWS = ("auto", "table", "two_stage")
@@ -91,7 +91,7 @@ class MIDXSampler(Sampler, IndexModule):
         num_codewords: ``K`` codewords per codebook; at most ``N``.
         num_codebooks: ``B`` codebooks (PQ subspaces or RQ levels).
         quantizer: ``"pq"`` (product; ``D`` must be a multiple of ``B``) or ``"rq"`` (residual).
-        last_stage: ``"uniform"``, ``"popularity"`` or ``"exact"`` (see the module docstring).
+        last_stage: ``"uniform"``, ``"popularity"`` or ``"residual"`` (see the module docstring).
         pop_alpha: exponent of the popularity weight ``(count + pop_smoothing) ** pop_alpha``.
         pop_smoothing: added to every count, so items never seen stay drawable.
         kmeans_iters: k-means iterations of the first build.
@@ -116,7 +116,7 @@ class MIDXSampler(Sampler, IndexModule):
         exact_top_weight: the probability of a draw from those top cells, in ``(0, 1)``.
         query_chunk_size: queries processed at once. Temporaries grow linearly with it (a
             chunk's cell tables, top-cell layout and draws), besides the ``12 * Q * M`` bytes
-            of output; the exact stage further caps ``rows x N``. ``None`` (default): sized by
+            of output; the residual stage further caps ``rows x N``. ``None`` (default): sized by
             the device (:func:`~recsys_midx.samplers.query_chunks.query_chunk_rows`): 1,024 on
             a CPU, on CUDA as many as fit a share of the device's memory.
 
