@@ -294,3 +294,28 @@ def test_auto_table_optimizer_is_sparse_wherever_a_sparse_update_can_go(
     needs = preflight.table_needs(cfg)
     assert resolve_table_optimizer(cfg.task.module.table_optimizer, needs) == expected
     preflight.check(cfg)  # auto never makes a run the pre-flight refuses
+
+
+@pytest.mark.parametrize(
+    ("overrides", "nccl"),
+    [
+        (NCCL, True),
+        ([*NCCL, "trainer.devices=1"], False),
+        ([*NCCL, "trainer.devices=[0,1]"], True),
+        ([*NCCL, "trainer.devices='0,1'"], True),
+        ([*NCCL, "trainer.devices=1", "+trainer.num_nodes=2"], True),
+        ([*NCCL, "trainer.accelerator=cpu"], False),
+        (["trainer=gpu", "trainer.devices=2"], False),  # no DDP strategy: one process
+        (
+            [
+                *NCCL,
+                "trainer.strategy={_target_:lightning.pytorch.strategies.DDPStrategy,"
+                "process_group_backend:gloo}",
+            ],
+            False,
+        ),
+    ],
+    ids=["ddp-2-gpus", "one-gpu", "list", "string", "two-nodes", "cpu", "no-ddp", "gloo-on-gpus"],
+)
+def test_a_run_over_nccl_is_told_from_its_config(compose_config, overrides, nccl):
+    assert preflight.reduces_over_nccl(compose_config(overrides)) is nccl

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
+import torch
 from conftest import TINY_XC_RUN, sampler_overrides
 from hydra.errors import InstantiationException
 
 from recsys_midx.app.experiment import build, train
+from recsys_midx.heads import DotHead
+from recsys_midx.lit import XCModule
+from recsys_midx.losses import MultiLabelSoftmaxLoss
+from recsys_midx.models import XCEncoder
+from recsys_midx.negatives import PerQuery, PerSequence
+from recsys_midx.samplers import UniformSampler
 
 #: The sampler each ``sampler=`` config builds (``full`` builds none: the exact softmax).
 SAMPLERS = {"full": None, "uniform": "UniformSampler", "midx": "MIDXSampler"}
@@ -56,3 +64,16 @@ def test_xc_rejects_a_single_label_loss(compose_config) -> None:
     cfg = compose_config([*TINY_XC_RUN, *sampler_overrides("uniform"), "loss=softmax"])
     with pytest.raises(InstantiationException, match="needs a MultiLabelSoftmaxLoss"):
         build(cfg)
+
+
+@pytest.mark.parametrize("strategy", [PerSequence(), PerQuery(exclude_window=True)])
+def test_xc_refuses_a_strategy_reading_training_sequences(strategy) -> None:
+    with pytest.raises(ValueError, match=r"reads each batch's training sequences: it needs task"):
+        XCModule(
+            XCEncoder(num_features=20, num_labels=10, dim=4),
+            DotHead(),
+            UniformSampler(10, 3),
+            MultiLabelSoftmaxLoss(),
+            functools.partial(torch.optim.Adam),
+            negatives=strategy,
+        )

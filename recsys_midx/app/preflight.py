@@ -294,18 +294,34 @@ def table_needs(cfg: DictConfig) -> TableNeeds:
 
 
 def reduces_over_nccl(cfg: DictConfig) -> bool:
-    """Whether the run's processes reduce gradients over NCCL: a DDP strategy over several
-    CUDA devices or nodes (Lightning picks NCCL there unless told otherwise). Read from the
-    config alone, so that every process of the run decides alike."""
+    """Whether the run's processes reduce gradients over NCCL: a DDP strategy over more than one
+    CUDA device in all (Lightning picks NCCL there unless the strategy names another
+    ``process_group_backend``). Read from the config and the machine's device count alone, so
+    that every process of the run decides alike."""
     trainer = cfg.get("trainer") or {}
-    strategy = str(trainer.get("strategy") or "")
-    devices, nodes = trainer.get("devices"), trainer.get("num_nodes") or 1
-    several = nodes > 1 or (isinstance(devices, int) and (devices > 1 or devices == -1))
-    several = several or (isinstance(devices, (list, ListConfig)) and len(devices) > 1)
-    several = several or devices in ("auto", "-1") and torch.cuda.device_count() > 1
+    strategy = trainer.get("strategy") or ""
+    if isinstance(strategy, (dict, DictConfig)):
+        name, backend = str(strategy.get("_target_", "")), strategy.get("process_group_backend")
+    else:
+        name, backend = str(strategy), None
+    if "ddp" not in name.lower() or backend not in (None, "nccl"):
+        return False
     accelerator = str(trainer.get("accelerator") or "auto").lower()
     cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    return "ddp" in strategy and several and cuda and "gloo" not in strategy
+    return cuda and (trainer.get("num_nodes") or 1) * _devices_per_node(trainer) > 1
+
+
+def _devices_per_node(trainer: Any) -> int:
+    """The devices ``trainer.devices`` asks for on each node (``-1`` or ``auto``: every CUDA
+    device of this machine)."""
+    devices = trainer.get("devices")
+    if isinstance(devices, (list, ListConfig)):
+        return len(devices)
+    if devices in (-1, "-1", "auto", None):
+        return torch.cuda.device_count()
+    if isinstance(devices, str) and "," in devices:  # "0,1": device indices
+        return len([index for index in devices.split(",") if index.strip()])
+    return int(devices)
 
 
 def check_table_optimizers(cfg: DictConfig) -> None:

@@ -14,6 +14,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from recsys_midx.app.experiment import build
+from recsys_midx.app.recorded_configs import in_current_settings
 from recsys_midx.lit.base import CatalogModule
 from recsys_midx.protocols import CatalogDataModule
 
@@ -202,7 +203,8 @@ def run_config(run_dir: str | Path) -> DictConfig:
         run_dir: the run folder.
 
     Returns:
-        The config, with interpolations unresolved as saved.
+        The config, with interpolations unresolved as saved, in today's settings
+        (:func:`~recsys_midx.app.recorded_configs.in_current_settings`).
 
     Raises:
         FileNotFoundError: the folder has no ``.hydra/config.yaml``.
@@ -210,7 +212,7 @@ def run_config(run_dir: str | Path) -> DictConfig:
     config_path = Path(run_dir) / ".hydra" / "config.yaml"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} not found: not a train.py run folder")
-    return OmegaConf.load(config_path)
+    return in_current_settings(OmegaConf.load(config_path))
 
 
 def load_weights(module: CatalogModule, checkpoint: str | Path) -> None:

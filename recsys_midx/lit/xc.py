@@ -49,6 +49,8 @@ class XCModule(CatalogModule):
     Raises:
         TypeError: if ``loss`` is neither a :class:`~recsys_midx.losses.MultiLabelSoftmaxLoss`
             nor an :class:`~recsys_midx.losses.EDRepLoss`, or if it does not accept ``head``.
+        ValueError: if ``negatives`` reads training sequences (per-sequence draws,
+            ``exclude_window``), which points do not have.
 
     Example:
         ```python
@@ -78,6 +80,12 @@ class XCModule(CatalogModule):
             raise TypeError(
                 f"XCModule needs a MultiLabelSoftmaxLoss (loss=multilabel_softmax) or an "
                 f"EDRepLoss (loss=edrep), got {type(loss).__name__}"
+            )
+        # A point's labels are not a sequence: no window to draw in or leave out.
+        if negatives is not None and negatives.needs_windows:
+            raise ValueError(
+                f"negatives={negatives.name} reads each batch's training sequences: it needs "
+                "task=seqrec"
             )
         super().__init__(
             encoder,
