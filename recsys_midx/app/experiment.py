@@ -17,6 +17,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import get_class, instantiate
+from lightning.pytorch.callbacks import EarlyStopping, Timer
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
@@ -156,7 +157,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     Returns:
         The results: config, dataset stats, ``val/*`` and ``test/*`` metrics, best epoch, epochs
-        run, timings, peak memory and the sampler's refresh summary.
+        run, what stopped training (:func:`stopped_by`), timings, peak memory and the
+        sampler's refresh summary.
 
     Example:
         ```python
@@ -172,6 +174,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         module, datamodule=datamodule, ckpt_path=resume_checkpoint(cfg.get("resume"), trainer)
     )
     train_wall_seconds = time.perf_counter() - start
+    # Before testing, which restores callback states from the best checkpoint.
+    stopped = stopped_by(trainer)
     # Testing restores callback states from the best checkpoint: keep the full logs first.
     epochs = list(experiment.epoch_log.rows)
     refreshes = [
@@ -195,6 +199,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         },
         "best_epoch": int(best["epoch"]) if best else None,
         "epochs_run": len(epochs),
+        "stopped_by": stopped,
         "train_wall_seconds": train_wall_seconds,
         "seconds_per_epoch": _mean([row["train_seconds"] for row in epochs]),
         "peak_memory_mb": peak_memory_mb(),
@@ -206,6 +211,21 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         path = write_json_atomically(output_dir / RESULTS_FILE, results)
         _print_summary(results, path)
     return results
+
+
+def stopped_by(trainer: L.Trainer) -> str:
+    """What ended a run's training: ``early stopping``, ``max_time`` (the wall-time cap),
+    ``max_steps``, ``max_epochs`` or ``interrupted``."""
+    if trainer.interrupted:
+        return "interrupted"
+    if any(isinstance(c, EarlyStopping) and c.stopped_epoch > 0 for c in trainer.callbacks):
+        return "early stopping"
+    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    if any(timer.time_remaining() is not None and timer.time_remaining() <= 0 for timer in timers):
+        return "max_time"
+    if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
+        return "max_steps"
+    return "max_epochs"
 
 
 def _mean(values: list[float]) -> float | None:

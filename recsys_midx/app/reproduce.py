@@ -1,0 +1,127 @@
+"""The ``recsys-midx-reproduce`` command: run a published table's spec and render the table.
+
+It trains the spec's runs that are missing (a run killed part way continues from its last
+checkpoint; a run whose ``results.json`` holds today's config is skipped), collects every run
+into the CSV beside the spec, and renders the table from that CSV into each page that shows it
+(:mod:`recsys_midx.reproduce`). A spec that is malformed, or a run the pre-flight would refuse,
+stops it with one ``error: ...`` line before anything runs.
+
+Example:
+    recsys-midx-reproduce docs/results/tables/ml-1m-mission.yaml --jobs 1
+    recsys-midx-reproduce docs/results/tables/ml-1m-mission.yaml --dry-run
+    recsys-midx-reproduce docs/results/tables/ml-1m-mission.yaml --render
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from hydra import compose, initialize_config_module
+from hydra.errors import HydraException
+
+from recsys_midx.app import preflight
+from recsys_midx.errors import ConfigError
+from recsys_midx.reproduce.collect import collect
+from recsys_midx.reproduce.render import render_block, update_page
+from recsys_midx.reproduce.runs import PlannedRun, execute, plan, status
+from recsys_midx.reproduce.spec import TableSpec, load_spec
+
+#: The pages whose blocks show the tables, looked for in the working directory.
+PAGES = ("docs/results.md", "docs/benchmarks.md")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run, collect and render a table spec (see the module docstring).
+
+    Args:
+        argv: the command-line arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0, or 1 after an ``error:`` line or a failed run.
+    """
+    args = _parser().parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+        csv = args.csv or Path(args.spec).with_suffix(".csv")
+        runs = plan(spec, args.out, args.data_dir)
+        if args.render:
+            return _render(spec, pd.read_csv(csv), args)
+        _check_runs(spec, runs)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    states = {run: status(run) for run in runs}
+    if args.dry_run:
+        for run in runs:
+            print(f"# {run.label}: {states[run]}\n{run.shell()}")
+        return 0
+    todo = [run for run in runs if states[run] != "complete"]
+    print(f"{spec.name}: {len(runs) - len(todo)} of {len(runs)} runs complete, {len(todo)} to run")
+    failed = execute(todo, spec.device, args.jobs)
+    frame = collect(spec, runs, csv)
+    print(f"runs: {csv}")
+    _render(spec, frame, args)
+    return 1 if failed else 0
+
+
+def _render(spec: TableSpec, runs: pd.DataFrame, args: argparse.Namespace) -> int:
+    """Print the table's block and write it into the pages that show it."""
+    block = render_block(spec, runs, f"recsys-midx-reproduce {args.spec}")
+    print(block)
+    for page in PAGES:
+        if Path(page).is_file() and update_page(Path(page), block, spec.name):
+            print(f"rendered into {page}")
+    return 0
+
+
+def _check_runs(spec: TableSpec, runs: list[PlannedRun]) -> None:
+    """Compose every run's config and run the pre-flight on it, before anything trains.
+
+    Raises:
+        ConfigError: naming the row and what the pre-flight or Hydra refused.
+    """
+    checked: set[str] = set()
+    with initialize_config_module("recsys_midx.conf", version_base="1.3"):
+        for run in runs:
+            if run.row.name in checked:
+                continue
+            overrides = [word for word in run.overrides if not word.startswith("hydra.")]
+            try:
+                preflight.check(compose("config", overrides=overrides))
+            except (ConfigError, HydraException) as error:
+                problem = " ".join(str(error).split())
+                raise ConfigError(f"{spec.name}: rows: {run.row.name}: {problem}") from None
+            checked.add(run.row.name)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("spec", type=Path, help="the table's spec (a YAML file)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("outputs/reproduce"), help="where the runs go"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("../shared/data"),
+        help="the benchmark data folder the spec's {data} stands for",
+    )
+    parser.add_argument("--csv", type=Path, help="the runs' CSV (default: beside the spec)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print each run's command and state, run nothing"
+    )
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="render the table from its CSV into the pages, without running anything",
+    )
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""Results as code: a published table is a spec (:mod:`~recsys_midx.reproduce.spec`) whose runs
+(:mod:`~recsys_midx.reproduce.runs`) are collected into a CSV
+(:mod:`~recsys_midx.reproduce.collect`) and rendered into the page
+(:mod:`~recsys_midx.reproduce.render`) by the ``recsys-midx-reproduce`` command
+(:mod:`recsys_midx.app.reproduce`)."""

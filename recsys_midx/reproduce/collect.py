@@ -1,0 +1,74 @@
+"""A table's runs as one CSV: a row per run, with where it ran and every metric it shows.
+
+The CSV is what the page's table is rendered from (:mod:`recsys_midx.reproduce.render`) and is
+committed beside the spec, so the table can be checked, and rendered again, without the runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from recsys_midx.reproduce.runs import ENVIRONMENT_FILE, RESULTS_FILE, PlannedRun
+from recsys_midx.reproduce.spec import TableSpec
+
+#: The columns before the metrics, in order.
+COLUMNS = (
+    "row",
+    "seed",
+    "commit",
+    "dirty",
+    "date",
+    "machine",
+    "device",
+    "threads",
+    "torch",
+    "minutes",
+    "epochs",
+    "best_epoch",
+    "stopped_by",
+)
+
+
+def run_row(spec: TableSpec, run: PlannedRun) -> dict[str, Any]:
+    """One complete run as a CSV row: its row and seed, where it ran, how long, what stopped it
+    and the spec's metrics.
+
+    Raises:
+        FileNotFoundError: the run has no ``results.json``.
+    """
+    results = json.loads((run.folder / RESULTS_FILE).read_text())
+    where_file = run.folder / ENVIRONMENT_FILE
+    where = json.loads(where_file.read_text()) if where_file.is_file() else {}
+    return {
+        "row": run.row.name,
+        "seed": run.seed,
+        "commit": where.get("commit"),
+        "dirty": where.get("dirty"),
+        "date": where.get("date"),
+        "machine": where.get("machine"),
+        "device": where.get("device"),
+        "threads": spec.threads,
+        "torch": where.get("torch"),
+        "minutes": results["train_wall_seconds"] / 60,
+        "epochs": results["epochs_run"],
+        "best_epoch": results["best_epoch"],
+        "stopped_by": results.get("stopped_by"),
+        **{metric: results["metrics"].get(metric) for metric in spec.metrics},
+    }
+
+
+def collect(spec: TableSpec, runs: list[PlannedRun], path: Path) -> pd.DataFrame:
+    """Write the CSV of ``runs`` (the complete ones) to ``path``, in the spec's row order.
+
+    Returns:
+        The frame written.
+    """
+    rows = [run_row(spec, run) for run in runs if (run.folder / RESULTS_FILE).is_file()]
+    frame = pd.DataFrame(rows, columns=[*COLUMNS, *spec.metrics])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False)
+    return frame

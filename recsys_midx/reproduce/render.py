@@ -1,0 +1,174 @@
+"""A table's markdown, rendered from its runs' CSV, and the block of a page that shows it.
+
+Each row shows the mean ± standard deviation of every metric over its seeds, how many runs, and,
+for the first metric, the difference to the reference row with its 95% interval (Welch's), read
+as ``better`` or ``worse`` only where the interval leaves out zero and as ``level`` otherwise.
+Runs that the wall-time cap stopped are counted and marked. The block a page holds between
+``<!-- reproduce: NAME -->`` and ``<!-- /reproduce: NAME -->`` carries the provenance marker,
+the caption (commits, dates, machine, and the command that regenerates the table) and the
+table; :func:`update_page` writes it, and the docs tests check that every page's block is what
+its CSV renders.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+from scipy import stats
+
+from recsys_midx.reproduce.spec import TableSpec
+
+#: Confidence of the difference's interval.
+CONFIDENCE = 0.95
+
+
+def difference_interval(runs: pd.Series, reference: pd.Series) -> tuple[float, float, float]:
+    """The difference of means ``runs - reference`` and its Welch interval at
+    :data:`CONFIDENCE` (``nan`` bounds where either side has one run).
+
+    Example:
+        >>> runs, reference = pd.Series([0.20, 0.21, 0.22]), pd.Series([0.18, 0.19, 0.20])
+        >>> mean, low, high = difference_interval(runs, reference)  # 3 seeds each: within noise
+        >>> round(mean, 4), verdict(low, high)
+        (0.02, 'level')
+        >>> verdict(*difference_interval(runs, reference - 0.05)[1:])
+        'better'
+    """
+    difference = float(runs.mean() - reference.mean())
+    if len(runs) < 2 or len(reference) < 2:
+        return difference, math.nan, math.nan
+    a, b = runs.var(ddof=1) / len(runs), reference.var(ddof=1) / len(reference)
+    if a + b == 0:
+        return difference, difference, difference
+    freedom = (a + b) ** 2 / (a**2 / (len(runs) - 1) + b**2 / (len(reference) - 1))
+    half = float(stats.t.ppf((1 + CONFIDENCE) / 2, freedom)) * math.sqrt(a + b)
+    return difference, difference - half, difference + half
+
+
+def verdict(low: float, high: float) -> str:
+    """``better`` or ``worse`` where the interval leaves out zero, ``level`` where it holds it,
+    and nothing without an interval."""
+    if math.isnan(low):
+        return ""
+    return "better" if low > 0 else "worse" if high < 0 else "level"
+
+
+def render_table(spec: TableSpec, runs: pd.DataFrame) -> str:
+    """The markdown table of ``runs`` (the spec's CSV), one line per row that has runs.
+
+    Example:
+        >>> from recsys_midx.reproduce.spec import parse_spec
+        >>> spec = parse_spec("t", {"command": ["x=1"], "seeds": [0, 1], "code": ["y"],
+        ...     "metrics": ["test/ndcg@10"], "rows": [{"name": "a", "overrides": ["z=2"]},
+        ...     {"name": "b", "overrides": [], "reference": True}]})
+        >>> runs = pd.DataFrame({"row": ["a", "a", "b", "b"], "test/ndcg@10": [.3, .3, .1, .1],
+        ...     "minutes": [2.0, 2.0, 1.0, 1.0], "epochs": [5, 5, 4, 4],
+        ...     "stopped_by": ["early stopping"] * 4})
+        >>> print(render_table(spec, runs))
+        | row | settings | runs | test/ndcg@10 | vs b (95% interval) | minutes | epochs |
+        |---|---|---:|---:|---|---:|---:|
+        | a | `z=2` | 2 | 0.3000 ± 0.0000 | +0.2000 [+0.2000, +0.2000] better | 2.0 | 5.0 |
+        | b |  | 2 | 0.1000 ± 0.0000 | reference | 1.0 | 4.0 |
+    """
+    first = spec.metrics[0]
+    reference = runs.loc[runs["row"] == spec.reference.name, first].astype(float)
+    header = [
+        "row",
+        "settings",
+        "runs",
+        *spec.metrics,
+        f"vs {spec.reference.name} ({CONFIDENCE:.0%} interval)",
+        "minutes",
+        "epochs",
+    ]
+    aligns = ["---", "---", "---:", *["---:"] * len(spec.metrics), "---", "---:", "---:"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(aligns) + "|"]
+    for row in spec.rows:
+        own = runs[runs["row"] == row.name]
+        if own.empty:
+            continue
+        capped = int((own["stopped_by"] == "max_time").sum())
+        count = f"{len(own)}" + (f" ({capped} capped)" if capped else "")
+        cells = [row.name, " ".join(f"`{word}`" for word in row.overrides), count]
+        cells += [_mean_std(own[metric].astype(float)) for metric in spec.metrics]
+        if row.reference:
+            cells.append("reference")
+        elif reference.empty:
+            cells.append("")
+        else:
+            mean, low, high = difference_interval(own[first].astype(float), reference)
+            interval = "" if math.isnan(low) else f" [{low:+.4f}, {high:+.4f}]"
+            cells.append(f"{mean:+.4f}{interval} {verdict(low, high)}".rstrip())
+        cells += [f"{own['minutes'].mean():.1f}", f"{own['epochs'].mean():.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _mean_std(values: pd.Series) -> str:
+    if len(values) < 2:
+        return f"{values.mean():.4f}"
+    return f"{values.mean():.4f} ± {values.std(ddof=1):.4f}"
+
+
+def render_block(spec: TableSpec, runs: pd.DataFrame, command: str) -> str:
+    """The page's block for the table: the provenance marker, the caption and the table.
+
+    Args:
+        spec: the table.
+        runs: its CSV.
+        command: the command that regenerates it, as the caption names it.
+    """
+    commits = list(dict.fromkeys(str(commit) for commit in runs["commit"].dropna()))
+    dates = sorted({str(date) for date in runs["date"].dropna()})
+    machines = sorted({str(machine) for machine in runs["machine"].dropna()})
+    devices = sorted({str(device) for device in runs["device"].dropna()} - {"cpu"})
+    torches = sorted({str(version) for version in runs["torch"].dropna()})
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}" if dates else "?"
+    where = "; ".join(machines) + (f", {'; '.join(devices)}" if devices else "")
+    dirty = " with uncommitted changes" if runs["dirty"].fillna(False).astype(bool).any() else ""
+    caption = (
+        f"*Measured at {', '.join(commits)}{dirty} ({when}) on {where}, torch "
+        f"{', '.join(torches)}, {spec.threads} thread{'s' if spec.threads > 1 else ''} a run; "
+        f"`{command}` regenerates it.*"
+    )
+    marker = f"<!-- measured: {' '.join(commits)}; code: {' '.join(spec.code)} -->"
+    return "\n".join(
+        [
+            f"<!-- reproduce: {spec.name} -->",
+            marker,
+            "",
+            caption,
+            "",
+            render_table(spec, runs),
+            f"<!-- /reproduce: {spec.name} -->",
+        ]
+    )
+
+
+def _block(name: str) -> re.Pattern[str]:
+    start, end = re.escape(f"<!-- reproduce: {name} -->"), re.escape(f"<!-- /reproduce: {name} -->")
+    return re.compile(f"{start}.*?{end}", re.DOTALL)
+
+
+def page_block(text: str, name: str) -> str | None:
+    """The block of table ``name`` in a page's text, or ``None``."""
+    found = _block(name).search(text)
+    return found.group(0) if found else None
+
+
+def block_names(text: str) -> list[str]:
+    """The tables whose blocks a page's text holds, in order."""
+    return re.findall(r"<!-- reproduce: (\S+) -->", text)
+
+
+def update_page(page: Path, block: str, name: str) -> bool:
+    """Replace table ``name``'s block in ``page`` with ``block``; returns whether the page had
+    one (a page without it is left as it is)."""
+    text = page.read_text()
+    if page_block(text, name) is None:
+        return False
+    page.write_text(_block(name).sub(lambda _: block, text, count=1))
+    return True

@@ -1,0 +1,136 @@
+"""The reproduce command end to end on a tiny spec: it runs, is killed, resumes, skips the
+complete runs and renders the table; a malformed spec stops it with one line naming the field."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import TINY_RUN
+
+from recsys_midx.reproduce.render import block_names, page_block, render_block
+from recsys_midx.reproduce.spec import load_spec
+
+#: Two rows of two seeds on the tiny synthetic catalog; enough epochs that a kill lands mid-run.
+SPEC = {
+    "title": "Uniform negatives against the exact softmax, tiny",
+    "command": [*TINY_RUN, "dataset.num_users=400", "trainer.max_epochs=6"],
+    "rows": [
+        {"name": "uniform", "overrides": ["sampler=uniform", "sampler.num_negatives=8"]},
+        {"name": "exact softmax", "overrides": ["sampler=full"], "reference": True},
+    ],
+    "seeds": [0, 1],
+    "metrics": ["test/ndcg@10", "test/hr@10"],
+    "code": ["recsys_midx/losses"],
+}
+PAGE = "# Results\n\n<!-- reproduce: tiny -->\n<!-- /reproduce: tiny -->\n\nAfter.\n"
+
+
+def _reproduce(tmp_path: Path, *args: str, **popen) -> subprocess.Popen:
+    command = [sys.executable, "-m", "recsys_midx.app.reproduce", "tiny.yaml", "--out", "out"]
+    return subprocess.Popen(
+        [*command, *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+def _write(tmp_path: Path, spec: dict) -> None:
+    data = [f"paths.data_dir={tmp_path / 'data'}"]
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**spec, "command": spec["command"] + data}))
+
+
+@pytest.mark.slow
+def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Path) -> None:
+    _write(tmp_path, SPEC)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "results.md").write_text(PAGE)
+    runs = tmp_path / "out" / "tiny"
+    first, second = runs / "uniform" / "seed-0", runs / "uniform" / "seed-1"
+
+    killed = _reproduce(tmp_path, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not (second / "checkpoints" / "last.ckpt").is_file():
+        assert killed.poll() is None, killed.communicate()
+        assert time.monotonic() < deadline, "the second run never checkpointed"
+        time.sleep(0.1)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert (first / "results.json").is_file() and not (second / "results.json").is_file()
+    done_before = (first / "results.json").stat().st_mtime_ns
+
+    resumed = _reproduce(tmp_path)
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-3000:]
+    assert "tiny: 1 of 4 runs complete, 3 to run" in out
+    assert (first / "results.json").stat().st_mtime_ns == done_before  # skipped
+    assert "resume=auto: resuming from" in (second / "train.log").read_text()
+    saved = json.loads((second / "results.json").read_text())
+    assert saved["epochs_run"] == 6 and saved["stopped_by"] in ("max_epochs", "early stopping")
+
+    frame = pd.read_csv(tmp_path / "tiny.csv")
+    assert list(frame["row"]) == ["uniform", "uniform", "exact softmax", "exact softmax"]
+    assert frame["test/ndcg@10"].notna().all() and (frame["minutes"] > 0).all()
+    page = (tmp_path / "docs" / "results.md").read_text()
+    assert page_block(page, "tiny") == render_block(
+        load_spec(tmp_path / "tiny.yaml"), frame, "recsys-midx-reproduce tiny.yaml"
+    )
+    assert block_names(page) == ["tiny"] and page.endswith("After.\n")
+
+    again = _reproduce(tmp_path)
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0 and "tiny: 4 of 4 runs complete, 0 to run" in out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"rows": [{"name": "a", "overrides": "sampler=full"}]},
+            "tiny.yaml: rows[0].overrides: give a list",
+        ),
+        ({"seeds": []}, "tiny.yaml: seeds: give a non-empty list of integers"),
+        ({"max_time": "1h"}, "tiny.yaml: max_time: '1h': give DD:HH:MM:SS"),
+        ({"colour": "red"}, "tiny.yaml: colour: unknown field"),
+        (
+            {"rows": [{"name": "bad", "overrides": ["sampler=nope"], "reference": True}]},
+            "tiny: rows: bad: In 'config': Could not find 'sampler/nope'",
+        ),
+        (
+            {
+                "rows": [
+                    {"name": "bce", "overrides": ["loss=bce", "sampler=full"], "reference": True}
+                ]
+            },
+            "tiny: rows: bce: loss=bce trains on drawn negatives",
+        ),
+    ],
+    ids=["overrides", "seeds", "max-time", "unknown", "unknown-sampler", "preflight"],
+)
+def test_a_malformed_spec_stops_with_one_line_before_anything_runs(tmp_path, change, message):
+    _write(tmp_path, {**SPEC, **change})
+    done = _reproduce(tmp_path)
+    out, err = done.communicate(timeout=120)
+    assert done.returncode == 1 and err.startswith(f"error: {message}"), err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_the_dry_run_prints_every_command_and_runs_nothing(tmp_path: Path) -> None:
+    _write(tmp_path, SPEC)
+    done = _reproduce(tmp_path, "--dry-run")
+    out, err = done.communicate(timeout=120)
+    assert done.returncode == 0, err
+    commands = [line for line in out.splitlines() if line.startswith("recsys-midx-train ")]
+    assert len(commands) == 4 and all("resume=auto" in line for line in commands)
+    assert out.count(": missing") == 4 and not (tmp_path / "out").exists()
