@@ -22,7 +22,9 @@ A sampler is any ``sampler=`` config (``full``, ``uniform``, ``popularity``, ``m
 mixed in, their number sized from the catalog (``exact_top_items``), and the positive counted
 exactly as that option wants. ``midx+topT`` fixes ``exact_top_codewords=T`` instead
 (``midx+top0``: none, the positive logQ-corrected).
-``uniform/rowwise_adagrad`` (or ``/sparse_adam``) gives the item table its own optimizer
+``full+window`` (any sampler with ``+window``) leaves each query's training sequence out of its
+normaliser (``negatives.exclude_window=true``): the exact softmax outside the window, as SASRec+
+trains. ``uniform/rowwise_adagrad`` (or ``/sparse_adam``) gives the item table its own optimizer
 (``task.module.table_optimizer``): sparse gradients, only the rows a step read updated.
 ``--shared-negatives`` draws one set of negatives per batch instead of one per query
 (``negatives=shared``). ``--train-samples`` builds the batches as
@@ -38,6 +40,8 @@ Example:
         --batch-size 512 --negatives 32
     python scripts/bench_training.py --sizes 1e5 1e7 --samplers uniform uniform/sparse_adam \
         uniform/rowwise_adagrad
+    python scripts/bench_training.py --sizes 3416 --samplers full full+window --max-len 200 \
+        --steps 5
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ CONF_DIR = Path(recsys_midx.conf.__file__).parent
 #: The ``sampler=`` configs.
 SAMPLERS = sorted(path.stem for path in (CONF_DIR / "sampler").glob("*.yaml"))
 _EXACT_TOP = re.compile(r"midx\+top(\d+)")
+#: The suffix of a sampler measured outside each query's window.
+_WINDOW = "+window"
 
 
 def parse_sampler(name: str) -> str:
@@ -83,12 +89,13 @@ def parse_sampler(name: str) -> str:
         'midx_plain/rowwise_adagrad'
     """
     sampler, _, table_optimizer = name.partition("/")
+    sampler = sampler.removesuffix(_WINDOW)
     if (sampler in SAMPLERS or _EXACT_TOP.fullmatch(sampler)) and (
         not table_optimizer or table_optimizer in TABLE_OPTIMIZERS
     ):
         return name
     raise argparse.ArgumentTypeError(
-        f"{name!r}: use one of {SAMPLERS} or midx+topT, optionally followed by "
+        f"{name!r}: use one of {SAMPLERS} or midx+topT, optionally with {_WINDOW} and then "
         f"/{' or /'.join(TABLE_OPTIMIZERS)}"
     )
 
@@ -97,6 +104,8 @@ def compose_run(args: argparse.Namespace, sampler_name: str) -> DictConfig:
     """The config of one measured run: the default run with the sampler, the table's optimizer
     (dense Adam unless one is named) and this script's sizes as command-line overrides."""
     sampler_name, _, table_optimizer = sampler_name.partition("/")
+    window = sampler_name.endswith(_WINDOW)
+    sampler_name = sampler_name.removesuffix(_WINDOW)
     top = _EXACT_TOP.fullmatch(sampler_name)
     sampler = (
         ["sampler=midx", f"sampler.exact_top_codewords={top[1]}"]
@@ -107,6 +116,7 @@ def compose_run(args: argparse.Namespace, sampler_name: str) -> DictConfig:
         *sampler,
         f"sampler.num_negatives={args.negatives}",
         *(["negatives=shared"] if args.shared_negatives else []),
+        *(["negatives.exclude_window=true"] if window else []),
         f"model.dim={args.dim}",
         f"model.max_len={args.max_len}",
         f"task.datamodule.batch_size={args.batch_size}",

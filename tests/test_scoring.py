@@ -11,7 +11,14 @@ import doctest
 import pytest
 import torch
 
-from recsys_midx.scoring import catalog_logsumexp, head_logsumexp, head_model, logsumexp, mixtures
+from recsys_midx.scoring import (
+    ExcludedItems,
+    catalog_logsumexp,
+    head_logsumexp,
+    head_model,
+    logsumexp,
+    mixtures,
+)
 from recsys_midx.scoring.logsumexp import _CPU_BLOCK_SCORES, _CPU_MIN_CHUNK_ITEMS, items_per_chunk
 
 
@@ -68,3 +75,26 @@ def test_normalisers_reject_empty_chunks(normaliser):
 @pytest.mark.parametrize("module", [logsumexp, mixtures, head_model], ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     assert doctest.testmod(module).failed == 0
+
+
+@pytest.mark.parametrize("chunk_size", [3, 64], ids=["chunks", "one-block"])
+def test_left_out_items_leave_the_normaliser_and_its_gradient(chunk_size: int) -> None:
+    generator = torch.Generator().manual_seed(5)
+    query = torch.randn(4, 3, generator=generator, dtype=torch.float64, requires_grad=True)
+    table = torch.randn(11, 3, generator=generator, dtype=torch.float64, requires_grad=True)
+    # Two groups: the first leaves out 2, 5 (twice) and padding; the second every item.
+    excluded = ExcludedItems(
+        torch.tensor([[2, 5, 5, 0] + [0] * 6, list(range(1, 11))]), torch.tensor([0, 1, 0, 0])
+    )
+    lse = catalog_logsumexp(query, table, chunk_size, excluded)
+    kept = [i for i in range(1, 11) if i not in (2, 5)]
+    reference = torch.logsumexp(query[[0, 2, 3]] @ table[kept].T, dim=1)
+    torch.testing.assert_close(lse[[0, 2, 3]], reference)
+    assert lse[1] == float("-inf")
+    grads = torch.autograd.grad(lse[[0, 2, 3]].sum(), (query, table))
+    expected = torch.autograd.grad(reference.sum(), (query, table))
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want)
+    assert torch.autograd.gradcheck(
+        lambda q, t: catalog_logsumexp(q, t, chunk_size, excluded)[[0, 2, 3]], (query, table)
+    )

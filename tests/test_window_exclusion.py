@@ -222,3 +222,27 @@ def test_debug_run_trains_and_tests(compose_config, tmp_path, overrides: list[st
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["config"]["negatives"]["exclude_window"] is True
     assert all(0.0 <= value <= 1.0 for value in results["metrics"].values())
+
+
+@pytest.mark.parametrize("chunk_size", [3, 32768], ids=["chunks", "one-block"])
+def test_exact_loss_matches_the_derivation_in_chunks_and_in_one_block(chunk_size: int) -> None:
+    query, item_emb, sequences = _case()
+    loss = full_softmax_loss_outside_windows(query, item_emb, TARGETS, sequences, chunk_size)
+    torch.testing.assert_close(loss, _reference_loss(query, item_emb).detach())
+    grads = torch.autograd.grad(loss.sum(), (query, item_emb))
+    reference = torch.autograd.grad(_reference_loss(query, item_emb).sum(), (query, item_emb))
+    for got, expected in zip(grads, reference):
+        torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("chunk_size", [2, 32768], ids=["chunks", "one-block"])
+def test_a_window_holding_the_whole_catalog_leaves_the_target_alone(chunk_size: int) -> None:
+    query, item_emb, _ = _case()
+    everything = torch.arange(1, NUM_ITEMS + 1)[None]
+    sequences = SequenceWindows.of_batch(everything, torch.tensor([[True]]))
+    loss = full_softmax_loss_outside_windows(
+        query[:1], item_emb, torch.tensor([4]), sequences, chunk_size
+    )
+    assert loss.tolist() == [0.0]
+    grads = torch.autograd.grad(loss.sum(), (query, item_emb))
+    assert all(torch.isfinite(grad).all() and not grad.any() for grad in grads)

@@ -79,10 +79,10 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
     Returns:
         ``config`` (the evaluated one), ``dataset``, ``metrics`` (``val/*`` and ``test/*``),
-        ``best_epoch``, ``epochs_run``, ``train_wall_seconds`` and ``seconds_per_epoch`` (null:
-        nothing was trained), ``peak_memory_mb``, ``table_optimizer``, ``sampler``,
-        ``exact_positives``, ``best_checkpoint`` (the evaluated checkpoint), ``output_dir`` and
-        ``evaluated_run`` (``run_dir`` or null).
+        ``best_epoch``, ``epochs_run``, ``stopped_by``, ``train_wall_seconds`` and
+        ``seconds_per_epoch`` (null: nothing was trained), ``peak_memory_mb``,
+        ``table_optimizer``, ``negatives``, ``sampler``, ``exact_positives``, ``best_checkpoint``
+        (the evaluated checkpoint), ``output_dir`` and ``evaluated_run`` (``run_dir`` or null).
 
     Raises:
         ValueError: neither ``run_dir`` nor ``ckpt_path`` is set.
@@ -108,6 +108,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "metrics": {name: float(value) for name, value in {**val_metrics, **test_metrics}.items()},
         "best_epoch": None,
         "epochs_run": None,
+        "stopped_by": None,
         "train_wall_seconds": None,
         "seconds_per_epoch": None,
         "peak_memory_mb": peak_memory_mb(),

@@ -129,10 +129,12 @@ def render_block(spec: TableSpec, runs: pd.DataFrame, command: str) -> str:
     when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}" if dates else "?"
     where = "; ".join(machines) + (f", {'; '.join(devices)}" if devices else "")
     dirty = " with uncommitted changes" if runs["dirty"].fillna(False).astype(bool).any() else ""
+    jobs = int(runs["jobs"].max())
+    shared = f", {jobs} runs at a time" if jobs > 1 else ", one run at a time"
     caption = (
         f"*Measured at {', '.join(commits)}{dirty} ({when}) on {where}, torch "
-        f"{', '.join(torches)}, {spec.threads} thread{'s' if spec.threads > 1 else ''} a run; "
-        f"`{command}` regenerates it.*"
+        f"{', '.join(torches)}, {spec.threads} thread{'s' if spec.threads > 1 else ''} a run"
+        f"{shared}; `{command}` regenerates it.*"
     )
     marker = f"<!-- measured: {' '.join(commits)}; code: {' '.join(spec.code)} -->"
     return "\n".join(

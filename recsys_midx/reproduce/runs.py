@@ -4,8 +4,8 @@ Each run is one ``recsys-midx-train`` process in a folder of its own,
 ``OUT/TABLE/ROW/seed-S``, always started with ``resume=auto``: a run killed part way continues
 from its last checkpoint. A run is complete when its folder holds a ``results.json`` whose
 resolved config is the one the spec composes today; it is then skipped. Before it starts, a run
-records where it runs (``environment.json``: commit, machine, device, threads, torch), which the
-table's caption reports.
+records where it runs (``environment.json``: commit, machine, device, torch, and how many runs
+shared the machine), which the table's caption reports.
 """
 
 from __future__ import annotations
@@ -145,7 +145,8 @@ def execute(
 
     def train(run: PlannedRun) -> PlannedRun | None:
         run.folder.mkdir(parents=True, exist_ok=True)
-        (run.folder / ENVIRONMENT_FILE).write_text(json.dumps(environment(device), indent=2))
+        where = {**environment(device), "jobs": jobs}
+        (run.folder / ENVIRONMENT_FILE).write_text(json.dumps(where, indent=2))
         report(f"{run.label}: training ({run.folder})")
         with (run.folder / "console.log").open("w") as log:
             done = subprocess.run(run.command(), stdout=log, stderr=subprocess.STDOUT, check=False)
@@ -199,7 +200,7 @@ def _commit() -> str | None:
         done = _git("rev-parse", "--short", "HEAD")
     except OSError:
         return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
 def _dirty() -> bool:

@@ -14,6 +14,7 @@ any of them loads it without the others.
 
 from .head_model import log_probs, ranking_queries
 from .logsumexp import (
+    ExcludedItems,
     Transform,
     catalog_logsumexp,
     compute_dtype,
@@ -24,6 +25,7 @@ from .mixtures import as_components, catalog_scores, check_mixture, mixture_log_
 from .rows import catalog_chunks, has_sparse_rows, lookup_rows, mark_sparse_rows, row_chunks
 
 __all__ = [
+    "ExcludedItems",
     "Transform",
     "as_components",
     "catalog_chunks",

@@ -5,6 +5,7 @@ a head (transformed scores, several queries per context) through checkpointing."
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -90,9 +91,38 @@ def softmax_weights_(scores: Tensor) -> Tensor:
 
 
 def _logsumexp_rows_(logits: Tensor) -> Tensor:
-    """Row-wise logsumexp of ``[Q, C]`` logits, computed in place in ``logits`` to save memory."""
-    row_max = logits.amax(dim=1)
+    """Row-wise logsumexp of ``[Q, C]`` logits, computed in place in ``logits`` to save memory;
+    ``-inf`` for a row of only ``-inf`` (every item left out)."""
+    row_max = logits.amax(dim=1).nan_to_num_(neginf=0.0)
     return logits.sub_(row_max[:, None]).exp_().sum(dim=1).log_().add_(row_max)
+
+
+class ExcludedItems(NamedTuple):
+    """Items some queries leave out of their normaliser, given for groups of queries.
+
+    Attributes:
+        items: ``[G, W]`` item ids of each group, any order, repeats and padding ``0`` allowed
+            (id 0 is never in the sum).
+        groups: ``[Q]`` the group of each query.
+    """
+
+    items: Tensor
+    groups: Tensor
+
+    def block(self, first: int, size: int) -> Tensor:
+        """``[Q, size]`` true where item ``first + c`` is left out of query ``q``'s sum.
+
+        Example:
+            >>> excluded = ExcludedItems(torch.tensor([[2, 0], [4, 4]]), torch.tensor([1, 0, 1]))
+            >>> excluded.block(1, 4).int().tolist()  # items 1..4
+            [[0, 0, 0, 1], [0, 1, 0, 0], [0, 0, 0, 1]]
+        """
+        local = self.items - first
+        inside = (local >= 0) & (local < size)
+        marks = torch.zeros(len(self.items), size + 1, dtype=torch.bool, device=local.device)
+        # Items outside the block land on a spare last column, dropped.
+        marks.scatter_(1, torch.where(inside, local, size), True)
+        return marks[:, :size][self.groups]
 
 
 class _ChunkedLogSumExp(torch.autograd.Function):
@@ -110,18 +140,29 @@ class _ChunkedLogSumExp(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: FunctionCtx, query: Tensor, item_emb: Tensor, chunk_size: int) -> Tensor:
+    def forward(
+        ctx: FunctionCtx,
+        query: Tensor,
+        item_emb: Tensor,
+        chunk_size: int,
+        excluded: ExcludedItems | None,
+    ) -> Tensor:
         num_items = item_emb.shape[0] - 1
+        ctx.excluded = excluded
         with torch.autocast(query.device.type, enabled=False):
             if num_items <= chunk_size and query.shape[0] * num_items <= _ONE_BLOCK_MAX_SCORES:
                 weights = query @ item_emb[1:].T
+                if excluded is not None:
+                    weights.masked_fill_(excluded.block(1, num_items), float("-inf"))
                 lse = softmax_weights_(weights)
                 ctx.save_for_backward(query, item_emb, lse, weights)
                 return lse
             chunk_size = items_per_chunk(chunk_size, query.shape[0], query.device)
             lse = query.new_full((query.shape[0],), float("-inf"))
-            for _, items in catalog_chunks(item_emb, chunk_size):
+            for first, items in catalog_chunks(item_emb, chunk_size):
                 logits = query @ items.T
+                if excluded is not None:
+                    logits.masked_fill_(excluded.block(first, len(items)), float("-inf"))
                 lse = torch.logaddexp(lse, _logsumexp_rows_(logits))
         ctx.save_for_backward(query, item_emb, lse)
         ctx.chunk_size = chunk_size
@@ -129,7 +170,9 @@ class _ChunkedLogSumExp(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: FunctionCtx, grad_lse: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+    def backward(
+        ctx: FunctionCtx, grad_lse: Tensor
+    ) -> tuple[Tensor | None, Tensor | None, None, None]:
         query, item_emb, lse, *kept = ctx.saved_tensors
         need_query, need_items = ctx.needs_input_grad[:2]
         # Row 0 (padding) is outside the normaliser, so its gradient stays zero.
@@ -142,19 +185,30 @@ class _ChunkedLogSumExp(torch.autograd.Function):
                 if grad_items is not None:
                     grad_items[1:] = weights.T @ (grad_lse[:, None] * query)
                 grad_query = grad_lse[:, None] * (weights @ item_emb[1:]) if need_query else None
-                return grad_query, grad_items, None
+                return grad_query, grad_items, None, None
             grad_query = torch.zeros_like(query) if need_query else None
+            excluded = ctx.excluded
+            if excluded is not None:  # a row of only left-out items: -inf - 0, not NaN
+                lse = lse.nan_to_num(neginf=0.0)
             for start, items in catalog_chunks(item_emb, ctx.chunk_size):
+                logits = query @ items.T
+                if excluded is not None:
+                    logits.masked_fill_(excluded.block(start, len(items)), float("-inf"))
                 # d lse / d logits = softmax; times the incoming gradient, d loss / d logits.
-                grad_logits = (query @ items.T).sub_(lse[:, None]).exp_().mul_(grad_lse[:, None])
+                grad_logits = logits.sub_(lse[:, None]).exp_().mul_(grad_lse[:, None])
                 if grad_query is not None:
                     grad_query.addmm_(grad_logits, items)
                 if grad_items is not None:
                     grad_items[start : start + items.shape[0]] = grad_logits.T @ query
-        return grad_query, grad_items, None
+        return grad_query, grad_items, None, None
 
 
-def catalog_logsumexp(query: Tensor, item_emb: Tensor, chunk_size: int = 32768) -> Tensor:
+def catalog_logsumexp(
+    query: Tensor,
+    item_emb: Tensor,
+    chunk_size: int = 32768,
+    excluded: ExcludedItems | None = None,
+) -> Tensor:
     """``lse[q] = log sum_{i=1..N} exp(query[q] . item_emb[i])``, chunked over the items.
 
     The dot-product softmax's normaliser. Forward keeps a running logsumexp over chunks of
@@ -165,10 +219,16 @@ def catalog_logsumexp(query: Tensor, item_emb: Tensor, chunk_size: int = 32768) 
     scores). Both compute in :func:`compute_dtype` with autocast off, because half-precision
     scores would overflow the softmax weights of backward.
 
+    With ``excluded``, each query's sum leaves out its group's items: their scores are masked
+    inside each block of scores, in both passes, so leaving items out costs a mask per block
+    rather than a second pass over them; a query whose items are all left out gets ``-inf`` and
+    no gradient.
+
     Args:
         query: ``[Q, D]`` query vectors (already divided by any temperature).
         item_emb: ``[N+1, D]`` item table, row 0 padding (not in the sum).
         chunk_size: items scored at once.
+        excluded: the items each query leaves out (``None``: none).
 
     Returns:
         ``[Q]`` normalisers in :func:`compute_dtype` of the inputs.
@@ -181,10 +241,14 @@ def catalog_logsumexp(query: Tensor, item_emb: Tensor, chunk_size: int = 32768) 
         >>> lse = catalog_logsumexp(query, item_emb, chunk_size=4)
         >>> torch.allclose(lse, torch.logsumexp(query @ item_emb[1:].T, dim=1))
         True
+        >>> left_out = ExcludedItems(torch.tensor([[1, 2]]), torch.zeros(3, dtype=torch.long))
+        >>> lse = catalog_logsumexp(query, item_emb, chunk_size=4, excluded=left_out)
+        >>> torch.allclose(lse, torch.logsumexp(query @ item_emb[3:].T, dim=1))
+        True
     """
     _check_chunk_size(chunk_size)
     dtype = compute_dtype(query, item_emb)
-    return _ChunkedLogSumExp.apply(query.to(dtype), item_emb.to(dtype), chunk_size)
+    return _ChunkedLogSumExp.apply(query.to(dtype), item_emb.to(dtype), chunk_size, excluded)
 
 
 def _chunk_logsumexp(queries: Tensor, items: Tensor, transform: Transform) -> Tensor:
