@@ -44,6 +44,7 @@ COMMANDS = (
     "recsys-midx-recommend",
     "recsys-midx-eval",
     "recsys-midx-export",
+    "recsys-midx-reproduce",
 )
 
 
