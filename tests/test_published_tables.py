@@ -8,10 +8,10 @@ its spec is ``docs/results/tables/NAME.yaml`` and its runs ``NAME.csv`` beside i
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 from conftest import ROOT
 
+from recsys_midx.reproduce.collect import read_runs
 from recsys_midx.reproduce.render import block_names, page_block, render_block
 from recsys_midx.reproduce.spec import load_spec
 
@@ -28,7 +28,7 @@ SHOWN = [
 def expected_block(name: str) -> str:
     """The block the page should hold for table ``name``: rendered from its committed CSV."""
     spec = load_spec(TABLES / f"{name}.yaml")
-    runs = pd.read_csv(TABLES / f"{name}.csv")
+    runs = read_runs(TABLES / f"{name}.csv")
     return render_block(spec, runs, f"recsys-midx-reproduce docs/results/tables/{name}.yaml")
 
 

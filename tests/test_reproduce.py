@@ -11,11 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 from conftest import TINY_RUN
 
+from recsys_midx.reproduce.collect import read_runs
 from recsys_midx.reproduce.render import block_names, page_block, render_block
 from recsys_midx.reproduce.spec import load_spec
 
@@ -79,7 +79,7 @@ def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Pa
     saved = json.loads((second / "results.json").read_text())
     assert saved["epochs_run"] == 6 and saved["stopped_by"] in ("max_epochs", "early stopping")
 
-    frame = pd.read_csv(tmp_path / "tiny.csv")
+    frame = read_runs(tmp_path / "tiny.csv")
     assert list(frame["row"]) == ["uniform", "uniform", "exact softmax", "exact softmax"]
     assert frame["test/ndcg@10"].notna().all() and (frame["minutes"] > 0).all()
     page = (tmp_path / "docs" / "results.md").read_text()

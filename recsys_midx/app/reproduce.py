@@ -25,7 +25,7 @@ from hydra.errors import HydraException
 
 from recsys_midx.app import preflight
 from recsys_midx.errors import ConfigError
-from recsys_midx.reproduce.collect import collect
+from recsys_midx.reproduce.collect import collect, read_runs
 from recsys_midx.reproduce.render import render_block, update_page
 from recsys_midx.reproduce.runs import PlannedRun, execute, plan, status
 from recsys_midx.reproduce.spec import TableSpec, load_spec
@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         csv = args.csv or Path(args.spec).with_suffix(".csv")
         runs = plan(spec, args.out, args.data_dir)
         if args.render:
-            return _render(spec, pd.read_csv(csv), args)
+            return _render(spec, read_runs(csv), args)
         _check_runs(spec, runs)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

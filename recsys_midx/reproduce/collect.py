@@ -63,6 +63,17 @@ def run_row(spec: TableSpec, run: PlannedRun) -> dict[str, Any]:
     }
 
 
+def read_runs(path: Path) -> pd.DataFrame:
+    """A table's CSV as :func:`collect` wrote it: commits stay text (``327e972`` is not a number).
+
+    Example:
+        >>> import io
+        >>> read_runs(io.StringIO("row,seed,commit\\nmidx,0,327e972\\n"))["commit"].tolist()
+        ['327e972']
+    """
+    return pd.read_csv(path, dtype={"commit": str, "date": str, "machine": str, "device": str})
+
+
 def collect(spec: TableSpec, runs: list[PlannedRun], path: Path) -> pd.DataFrame:
     """Write the CSV of ``runs`` (the complete ones) to ``path``, in the spec's row order.
 
