@@ -1,5 +1,7 @@
-"""Every measured table on the results and benchmarks pages names the commit it was measured at
-and the code its numbers depend on, and says so under the table when that code has changed since.
+"""Every measured table on the results and benchmarks pages, and on their archive
+(``docs/archive``), names the commit it was measured at and the code its numbers depend on, and
+says so under the table when that code has changed since; the current pages stay short and hold
+no stale table.
 
 A table is a run of lines starting with ``|`` whose second line is a ``|---`` header separator.
 Right before it each page carries a provenance marker (an HTML comment, which the site does not
@@ -43,7 +45,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ("docs/results.md", "docs/benchmarks.md")
+#: The current pages, which hold only current tables, and the archive of earlier ones, which
+#: keeps its tables' markers and stale notes.
+CURRENT = ("docs/results.md", "docs/benchmarks.md")
+PAGES = (
+    *CURRENT,
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "archive").glob("*.md")),
+)
 
 #: Paths that many tables share, by the name a marker gives them.
 CODE_GROUPS: dict[str, tuple[str, ...]] = {
@@ -427,6 +435,22 @@ def test_every_table_names_its_commit_and_code(table):
         assert table.note is None, (
             f"{table.where}: a `**Stale:**` note under the table needs `stale: <why>` in its marker"
         )
+
+
+@pytest.mark.parametrize("page", CURRENT)
+def test_the_current_pages_are_short_and_hold_no_stale_table(page):
+    if not (ROOT / page).is_file():
+        pytest.skip("the documentation pages are not in this copy")
+    lines = (ROOT / page).read_text().splitlines()
+    assert len(lines) <= 400, (
+        f"{page} has {len(lines)} lines: move what is not current to docs/archive"
+    )
+    stale = [
+        table.where
+        for table in TABLES
+        if table.page == page and table.marker and table.marker.stale
+    ]
+    assert not stale, f"stale tables on {page}: re-run them (recsys-midx-reproduce) or archive them"
 
 
 def test_the_pages_have_tables_and_groups_are_used():
