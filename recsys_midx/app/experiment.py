@@ -174,9 +174,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         module, datamodule=datamodule, ckpt_path=resume_checkpoint(cfg.get("resume"), trainer)
     )
     train_wall_seconds = time.perf_counter() - start
-    # Before testing, which restores callback states from the best checkpoint.
+    # Testing restores callback states from the best checkpoint: read what stopped training and
+    # keep the full logs first.
     stopped = stopped_by(trainer)
-    # Testing restores callback states from the best checkpoint: keep the full logs first.
     epochs = list(experiment.epoch_log.rows)
     refreshes = [
         row for c in trainer.callbacks if isinstance(c, SamplerRefresh) for row in c.history
@@ -220,8 +220,8 @@ def stopped_by(trainer: L.Trainer) -> str:
         return "interrupted"
     if any(isinstance(c, EarlyStopping) and c.stopped_epoch > 0 for c in trainer.callbacks):
         return "early stopping"
-    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
-    if any(timer.time_remaining() is not None and timer.time_remaining() <= 0 for timer in timers):
+    remaining = [c.time_remaining() for c in trainer.callbacks if isinstance(c, Timer)]
+    if any(seconds is not None and seconds <= 0 for seconds in remaining):
         return "max_time"
     if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
         return "max_steps"

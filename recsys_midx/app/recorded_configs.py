@@ -15,6 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
+from recsys_midx.reports import run_names
+
 #: Where the strategies of the ``negatives`` group live.
 _STRATEGIES = "recsys_midx.negatives."
 #: The loss settings that now belong to the ``negatives`` group (EDRep's own
@@ -53,7 +55,7 @@ def in_current_settings(cfg: DictConfig) -> DictConfig:
         if "negatives" in cfg:
             return cfg
         loss = cfg.loss
-        cfg.negatives = _recorded_strategy(cfg.sampler, loss)
+        cfg.negatives = _recorded_strategy(cfg)
         for key in _MOVED:
             if not (key == "exact_positives" and loss._target_.endswith("EDRepLoss")):
                 loss.pop(key, None)
@@ -64,19 +66,21 @@ def in_current_settings(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def _recorded_strategy(sampler: DictConfig, loss: DictConfig) -> dict[str, Any]:
-    """The ``negatives`` config that draws as the recorded sampler and loss did."""
-    name = loss._target_.rsplit(".", 1)[-1]
-    window = bool(loss.get("exclude_window"))
-    exact = loss.get("exact_positives")
-    corrected = {"correct_positive": None if exact is None else not exact, "exclude_window": window}
-    if name == "WindowSoftmaxLoss":
-        if loss.get("negatives") == "proposal":
-            return {"_target_": f"{_STRATEGIES}PerSequence"}
-        count = sampler.get("num_negatives")
-        return {"_target_": f"{_STRATEGIES}OutsideWindow", "num_negatives": count}
-    own_normaliser = name in ("ScalableCrossEntropyLoss", "EDRepLoss")
-    if own_normaliser or sampler.get("_target_", "").endswith("FullSampler"):
-        return {"_target_": f"{_STRATEGIES}NoNegatives", "exclude_window": window}
-    kind = "SharedByBatch" if loss.get("shared_negatives") else "PerQuery"
-    return {"_target_": f"{_STRATEGIES}{kind}", **corrected}
+def _recorded_strategy(cfg: DictConfig) -> dict[str, Any]:
+    """The ``negatives`` config that draws as the recorded sampler and loss did (the strategy
+    :func:`~recsys_midx.reports.run_names.strategy` reads from them, with its settings)."""
+    kind = run_names.strategy(cfg)
+    target = {"_target_": f"{_STRATEGIES}{kind}"}
+    if kind == "PerSequence":
+        return target
+    if kind == "OutsideWindow":
+        return {**target, "num_negatives": cfg.sampler.get("num_negatives")}
+    window = bool(cfg.loss.get("exclude_window"))
+    if kind == "NoNegatives":
+        return {**target, "exclude_window": window}
+    exact = cfg.loss.get("exact_positives")
+    return {
+        **target,
+        "correct_positive": None if exact is None else not exact,
+        "exclude_window": window,
+    }

@@ -89,9 +89,8 @@ def _check_runs(spec: TableSpec, runs: list[PlannedRun]) -> None:
         for run in runs:
             if run.row.name in checked:
                 continue
-            overrides = [word for word in run.overrides if not word.startswith("hydra.")]
             try:
-                preflight.check(compose("config", overrides=overrides))
+                preflight.check(compose("config", overrides=run.config_overrides))
             except (ConfigError, HydraException) as error:
                 problem = " ".join(str(error).split())
                 raise ConfigError(f"{spec.name}: rows: {run.row.name}: {problem}") from None

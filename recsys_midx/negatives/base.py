@@ -142,6 +142,16 @@ class Strategy(torch.nn.Module, abc.ABC):
         """``None``: the strategy leaves no choice of how a loss counts the positive."""
         return None
 
+    def proposal(self, sampler: NegativeSampler | None) -> NegativeSampler:
+        """The sampler a strategy that draws from one (``uses_sampler``) draws from.
+
+        Raises:
+            ValueError: naming the strategy, without a sampler.
+        """
+        if sampler is None:
+            raise ValueError(f"negatives={self.name} draws from a sampler: give one")
+        return sampler
+
     @abc.abstractmethod
     def forward(
         self, batch: QueryBatch, sampler: NegativeSampler | None, with_positive_log_q: bool = True

@@ -68,8 +68,7 @@ class LogQCorrected(Strategy):
         Raises:
             ValueError: without a sampler; with ``exclude_window``, without the windows.
         """
-        if sampler is None:
-            raise ValueError(f"negatives={self.name} draws from a sampler: give one")
+        sampler = self.proposal(sampler)
         sequences = (
             batch.sequences("negatives.exclude_window=true") if self.exclude_window else None
         )

@@ -142,8 +142,7 @@ class PerSequence(Strategy):
         Raises:
             ValueError: without a sampler, or without the batch's windows.
         """
-        if sampler is None:
-            raise ValueError(f"negatives={self.name} draws from a sampler: give one")
+        sampler = self.proposal(sampler)
         sequences = batch.sequences(f"negatives={self.name}")
         ids, log_weights, valid = merge_repeated_draws(
             *draw_from_proposal(sampler, batch.queries, batch.positives, sequences)

@@ -69,13 +69,23 @@ def is_exact(config: Mapping[str, Any]) -> bool:
 
 def strategy(config: Mapping[str, Any]) -> str:
     """The class name of a run's negatives strategy, read from the ``negatives`` group or, for
-    a run recorded before it, from the loss's settings (``PerQuery`` by default)."""
+    a run recorded before it, from how its loss and sampler drew: ``loss=window_softmax``'s
+    draw per sequence, ``NoNegatives`` for an objective naming the run or ``sampler=full``'s
+    former sampler, ``loss.shared_negatives``, else ``PerQuery``.
+
+    Example:
+        >>> strategy({"loss": {"_target_": "recsys_midx.losses.SoftmaxLoss",
+        ...                    "shared_negatives": True}})
+        'SharedByBatch'
+    """
     recorded = _class_name(config.get("negatives"))
     if recorded:
         return recorded
     loss = config.get("loss") or {}
     if _class_name(loss) == "WindowSoftmaxLoss":
         return "PerSequence" if loss.get("negatives") == "proposal" else "OutsideWindow"
+    if objective_name(config) is not None or _class_name(config.get("sampler")) == "FullSampler":
+        return "NoNegatives"
     return "SharedByBatch" if loss.get("shared_negatives") else "PerQuery"
 
 

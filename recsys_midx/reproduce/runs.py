@@ -59,6 +59,12 @@ class PlannedRun:
         """``ROW/seed-S``, as progress lines name the run."""
         return f"{self.row.slug}/seed-{self.seed}"
 
+    @property
+    def config_overrides(self) -> list[str]:
+        """Its overrides of the config, without Hydra's own (``hydra.run.dir``), as
+        ``compose`` takes them."""
+        return [word for word in self.overrides if not word.startswith(("hydra.", "+hydra."))]
+
     def command(self) -> list[str]:
         """The process that trains it, with this interpreter."""
         return [sys.executable, "-m", "recsys_midx.app.train", *self.overrides]
@@ -106,9 +112,8 @@ def plan(spec: TableSpec, out_dir: Path, data_dir: Path) -> list[PlannedRun]:
 
 def resolved_config(run: PlannedRun) -> dict[str, Any]:
     """The config the run trains with, resolved, as its ``results.json`` records it."""
-    overrides = [word for word in run.overrides if not word.startswith(("hydra.", "+hydra."))]
     with initialize_config_module("recsys_midx.conf", version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
+        cfg = compose("config", overrides=run.config_overrides)
     return _as_json(OmegaConf.to_container(cfg, resolve=True))
 
 

@@ -125,6 +125,17 @@ class ExcludedItems(NamedTuple):
         return marks[:, :size][self.groups]
 
 
+def _block_scores(
+    query: Tensor, first: int, items: Tensor, excluded: ExcludedItems | None
+) -> Tensor:
+    """``[Q, C]`` scores of the ``C`` items ``first, first + 1, ...`` (rows ``items``), ``-inf``
+    where a query leaves the item out (``excluded``; ``None``: none)."""
+    scores = query @ items.T
+    if excluded is not None:
+        scores.masked_fill_(excluded.block(first, len(items)), float("-inf"))
+    return scores
+
+
 class _ChunkedLogSumExp(torch.autograd.Function):
     """``lse[q] = log sum_{i=1..N} exp(query[q] . item_emb[i])`` without a ``[Q, N]`` tensor.
 
@@ -151,18 +162,14 @@ class _ChunkedLogSumExp(torch.autograd.Function):
         ctx.excluded = excluded
         with torch.autocast(query.device.type, enabled=False):
             if num_items <= chunk_size and query.shape[0] * num_items <= _ONE_BLOCK_MAX_SCORES:
-                weights = query @ item_emb[1:].T
-                if excluded is not None:
-                    weights.masked_fill_(excluded.block(1, num_items), float("-inf"))
+                weights = _block_scores(query, 1, item_emb[1:], excluded)
                 lse = softmax_weights_(weights)
                 ctx.save_for_backward(query, item_emb, lse, weights)
                 return lse
             chunk_size = items_per_chunk(chunk_size, query.shape[0], query.device)
             lse = query.new_full((query.shape[0],), float("-inf"))
             for first, items in catalog_chunks(item_emb, chunk_size):
-                logits = query @ items.T
-                if excluded is not None:
-                    logits.masked_fill_(excluded.block(first, len(items)), float("-inf"))
+                logits = _block_scores(query, first, items, excluded)
                 lse = torch.logaddexp(lse, _logsumexp_rows_(logits))
         ctx.save_for_backward(query, item_emb, lse)
         ctx.chunk_size = chunk_size
@@ -191,9 +198,7 @@ class _ChunkedLogSumExp(torch.autograd.Function):
             if excluded is not None:  # a row of only left-out items: -inf - 0, not NaN
                 lse = lse.nan_to_num(neginf=0.0)
             for start, items in catalog_chunks(item_emb, ctx.chunk_size):
-                logits = query @ items.T
-                if excluded is not None:
-                    logits.masked_fill_(excluded.block(start, len(items)), float("-inf"))
+                logits = _block_scores(query, start, items, excluded)
                 # d lse / d logits = softmax; times the incoming gradient, d loss / d logits.
                 grad_logits = logits.sub_(lse[:, None]).exp_().mul_(grad_lse[:, None])
                 if grad_query is not None:
