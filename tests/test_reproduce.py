@@ -11,13 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from conftest import TINY_RUN
 
 from recsys_midx.reproduce.collect import read_runs
 from recsys_midx.reproduce.render import block_names, page_block, render_block
-from recsys_midx.reproduce.spec import load_spec
+from recsys_midx.reproduce.spec import load_spec, parse_spec
 
 #: Two rows of two seeds on the tiny synthetic catalog; enough epochs that a kill lands mid-run.
 SPEC = {
@@ -103,6 +104,7 @@ def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Pa
         ({"seeds": []}, "tiny.yaml: seeds: give a non-empty list of integers"),
         ({"max_time": "1h"}, "tiny.yaml: max_time: '1h': give DD:HH:MM:SS"),
         ({"colour": "red"}, "tiny.yaml: colour: unknown field"),
+        ({"checked": 1234567}, "tiny.yaml: checked: 1234567: give a commit"),
         (
             {"rows": [{"name": "bad", "overrides": ["sampler=nope"], "reference": True}]},
             "tiny: rows: bad: In 'config': Could not find 'sampler/nope'",
@@ -116,7 +118,7 @@ def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Pa
             "tiny: rows: bce: loss=bce trains on drawn negatives",
         ),
     ],
-    ids=["overrides", "seeds", "max-time", "unknown", "unknown-sampler", "preflight"],
+    ids=["overrides", "seeds", "max-time", "unknown", "checked", "unknown-sampler", "preflight"],
 )
 def test_a_malformed_spec_stops_with_one_line_before_anything_runs(tmp_path, change, message):
     _write(tmp_path, {**SPEC, **change})
@@ -134,3 +136,27 @@ def test_the_dry_run_prints_every_command_and_runs_nothing(tmp_path: Path) -> No
     commands = [line for line in out.splitlines() if line.startswith("recsys-midx-train ")]
     assert len(commands) == 4 and all("resume=auto" in line for line in commands)
     assert out.count(": missing") == 4 and not (tmp_path / "out").exists()
+
+
+def test_a_checked_commit_in_the_spec_goes_into_the_tables_marker() -> None:
+    frame = pd.DataFrame(
+        {
+            "row": ["uniform", "exact softmax"],
+            "commit": ["45fcc1b", "45fcc1b"],
+            "dirty": [False, False],
+            "date": ["2026-11-29"] * 2,
+            "machine": ["2-core CPU"] * 2,
+            "device": ["cpu"] * 2,
+            "torch": ["2.13.0"] * 2,
+            "jobs": [1, 1],
+            "minutes": [1.0, 2.0],
+            "epochs": [3, 4],
+            "stopped_by": ["max_epochs"] * 2,
+            "test/ndcg@10": [0.1, 0.2],
+            "test/hr@10": [0.2, 0.3],
+        }
+    )
+    marker = "<!-- measured: 45fcc1b{}; code: recsys_midx/losses -->"
+    for checked, shown in ((None, ""), ("bb4529b", "; checked: bb4529b")):
+        spec = parse_spec("tiny", {**SPEC, **({"checked": checked} if checked else {})})
+        assert render_block(spec, frame, "cmd").splitlines()[1] == marker.format(shown)

@@ -136,7 +136,8 @@ def render_block(spec: TableSpec, runs: pd.DataFrame, command: str) -> str:
         f"{', '.join(torches)}, {spec.threads} thread{'s' if spec.threads > 1 else ''} a run"
         f"{shared}; `{command}` regenerates it.*"
     )
-    marker = f"<!-- measured: {' '.join(commits)}; code: {' '.join(spec.code)} -->"
+    checked = f"; checked: {spec.checked}" if spec.checked else ""
+    marker = f"<!-- measured: {' '.join(commits)}{checked}; code: {' '.join(spec.code)} -->"
     return "\n".join(
         [
             f"<!-- reproduce: {spec.name} -->",

@@ -14,12 +14,15 @@ max_time: "00:01:00:00"
 device: cpu
 metrics: [test/ndcg@10, test/hr@10]
 code: ["@midx", "@softmax", "@train", "@seqrec"]
+checked: "1a2b3c4"   # optional
 ```
 
 Every row trains ``python train.py COMMAND ROW_OVERRIDES seed=S threads=T`` once per seed;
 ``{data}`` stands for the folder of the benchmark data. The reference row is the one every other
 row's difference is measured against. ``code`` lists the files (or groups of the results page's
-provenance test) whose changes could move the numbers.
+provenance test) whose changes could move the numbers; ``checked``, a later commit up to which
+every change to that code was read and found to leave the numbers as they are (the provenance
+marker's ``checked:``), lets a table stay current across such a change without re-running it.
 """
 
 from __future__ import annotations
@@ -37,7 +40,20 @@ from recsys_midx.errors import ConfigError
 DEVICES = ("cpu", "gpu")
 #: A wall-time cap as Lightning's ``trainer.max_time`` takes it: ``DD:HH:MM:SS``.
 _MAX_TIME = re.compile(r"^\d{2}:\d{2}:\d{2}:\d{2}$")
-_FIELDS = ("title", "command", "rows", "seeds", "threads", "max_time", "device", "metrics", "code")
+_FIELDS = (
+    "title",
+    "command",
+    "rows",
+    "seeds",
+    "threads",
+    "max_time",
+    "device",
+    "metrics",
+    "code",
+    "checked",
+)
+#: A commit as ``checked`` names it: 7 to 40 hex digits.
+_COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 _ROW_FIELDS = ("name", "overrides", "reference")
 
 
@@ -70,6 +86,8 @@ class TableSpec:
         device: ``cpu`` or ``gpu``: the machine the numbers come from.
         metrics: the ``results.json`` metrics the table shows, the first the one compared.
         code: the files and provenance groups the numbers depend on.
+        checked: the commit up to which changes to ``code`` were read and leave the numbers as
+            they are, or ``None``.
     """
 
     name: str
@@ -82,6 +100,7 @@ class TableSpec:
     device: str
     metrics: tuple[str, ...]
     code: tuple[str, ...]
+    checked: str | None = None
 
     @property
     def reference(self) -> Row:
@@ -160,6 +179,9 @@ def parse_spec(name: str, raw: Any, where: str | None = None) -> TableSpec:
     metrics = _strings(raw["metrics"], "metrics", fail)
     if not all(metric.startswith(("val/", "test/")) for metric in metrics):
         raise fail("metrics", "name results.json metrics, e.g. test/ndcg@10")
+    checked = raw.get("checked")
+    if checked is not None and not (isinstance(checked, str) and _COMMIT.match(checked)):
+        raise fail("checked", f"{checked!r}: give a commit, e.g. 45fcc1b")
     return TableSpec(
         name=name,
         title=str(raw.get("title", name)),
@@ -171,6 +193,7 @@ def parse_spec(name: str, raw: Any, where: str | None = None) -> TableSpec:
         device=device,
         metrics=metrics,
         code=_strings(raw["code"], "code", fail),
+        checked=checked,
     )
 
 
