@@ -44,7 +44,7 @@ TINY_RUN = (
     "trainer.max_epochs=2",
     "trainer.accelerator=cpu",
     "task.datamodule.batch_size=32",
-    # One window per user: the cheapest epoch (the default, prefixes, is tested on its own).
+    # One window per user: the cheapest epoch (the default, windows, is tested on its own).
     "task.datamodule.train_samples=last_window",
     "callbacks.progress_bar.refresh_rate=0",
 )

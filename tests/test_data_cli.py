@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from recsys_midx.app.prepare import main
-from recsys_midx.data import EmptyDatasetError, PreprocessSettings, preprocess
+from recsys_midx.data import EmptyDatasetError, PreprocessSettings, Synthetic, preprocess
 
 PRESETS = {
     "sasrec": PreprocessSettings(min_rating=None, user_core=5, item_core=5),
@@ -111,3 +111,13 @@ def test_errors_are_printed_without_a_traceback(
     assert "unknown Amazon 2014 category 'Shoes'" in capsys.readouterr().out
     assert main(["prepare", "dataset=no-such-dataset"]) == 2
     assert "no-such-dataset" in capsys.readouterr().out
+
+
+def test_a_synthetic_dataset_is_described_with_its_ceiling(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overrides = ["dataset.num_users=200", "dataset.num_items=100", f"paths.data_dir={tmp_path}"]
+    assert main(["prepare", *overrides]) == 0
+    ceiling = Synthetic(num_users=200, num_items=100).ceiling(10)
+    expected = f"NDCG@10 {ceiling['ndcg@10']:.4f}, HR@10 {ceiling['hr@10']:.4f}"
+    assert expected in capsys.readouterr().out

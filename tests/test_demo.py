@@ -14,7 +14,7 @@ def test_the_default_run_is_a_short_demo_on_the_synthetic_dataset(compose_config
     # The training settings a user's own data gets are the same apart from the epoch cap.
     own = compose_config(["dataset=custom", "dataset.path=orders.csv"])
     assert own.trainer.max_epochs == 200
-    assert own.task.datamodule.train_samples == demo.task.datamodule.train_samples == "prefixes"
+    assert own.task.datamodule.train_samples == demo.task.datamodule.train_samples == "windows"
     assert own.callbacks.early_stopping.patience == demo.callbacks.early_stopping.patience
 
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import TINY_RUN
 
-from recsys_midx.reproduce.collect import read_runs
+from recsys_midx.reproduce.collect import read_curves, read_runs
 from recsys_midx.reproduce.render import block_names, page_block, render_block
 from recsys_midx.reproduce.spec import load_spec, parse_spec
 
@@ -30,6 +30,7 @@ SPEC = {
     ],
     "seeds": [0, 1],
     "metrics": ["test/ndcg@10", "test/hr@10"],
+    "validation": "val/ndcg@10",
     "code": ["recsys_midx/losses"],
 }
 PAGE = "# Results\n\n<!-- reproduce: tiny -->\n<!-- /reproduce: tiny -->\n\nAfter.\n"
@@ -83,10 +84,16 @@ def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Pa
     frame = read_runs(tmp_path / "tiny.csv")
     assert list(frame["row"]) == ["uniform", "uniform", "exact softmax", "exact softmax"]
     assert frame["test/ndcg@10"].notna().all() and (frame["minutes"] > 0).all()
+    spec = load_spec(tmp_path / "tiny.yaml")
+    curves = read_curves(spec, tmp_path / "tiny.csv")
+    # One line per epoch of every run, its minutes growing, the metric the spec's.
+    assert curves.groupby(["row", "seed"]).size().sum() == frame["epochs"].sum()
+    assert (curves.groupby(["row", "seed"])["minutes"].diff().dropna() > 0).all()
     page = (tmp_path / "docs" / "results.md").read_text()
-    assert page_block(page, "tiny") == render_block(
-        load_spec(tmp_path / "tiny.yaml"), frame, "recsys-midx-reproduce tiny.yaml"
-    )
+    block = page_block(page, "tiny")
+    assert block == render_block(spec, frame, "recsys-midx-reproduce tiny.yaml", curves)
+    assert "| row | best val/ndcg@10 | minutes to 90% |" in block
+    assert (tmp_path / "tiny.png").stat().st_size > 0
     assert block_names(page) == ["tiny"] and page.endswith("After.\n")
 
     again = _reproduce(tmp_path)
@@ -105,6 +112,7 @@ def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Pa
         ({"max_time": "1h"}, "tiny.yaml: max_time: '1h': give DD:HH:MM:SS"),
         ({"colour": "red"}, "tiny.yaml: colour: unknown field"),
         ({"checked": 1234567}, "tiny.yaml: checked: 1234567: give a commit"),
+        ({"validation": "test/ndcg@10"}, "tiny.yaml: validation: 'test/ndcg@10': name a valid"),
         (
             {"rows": [{"name": "bad", "overrides": ["sampler=nope"], "reference": True}]},
             "tiny: rows: bad: In 'config': Could not find 'sampler/nope'",
@@ -118,7 +126,16 @@ def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Pa
             "tiny: rows: bce: loss=bce trains on drawn negatives",
         ),
     ],
-    ids=["overrides", "seeds", "max-time", "unknown", "checked", "unknown-sampler", "preflight"],
+    ids=[
+        "overrides",
+        "seeds",
+        "max-time",
+        "unknown",
+        "checked",
+        "validation",
+        "unknown-sampler",
+        "preflight",
+    ],
 )
 def test_a_malformed_spec_stops_with_one_line_before_anything_runs(tmp_path, change, message):
     _write(tmp_path, {**SPEC, **change})

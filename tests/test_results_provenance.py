@@ -305,7 +305,10 @@ def page_tables(page: str, text: str) -> list[Table]:
             end = index + 1
             while end + 1 < len(lines) and lines[end + 1].startswith("|"):
                 end += 1
-            tables.append(_table(page, lines, index, end))
+            # A table right after another (a reproduced table's times) shares its marker.
+            first, last = _paragraph_before(lines, index)
+            if not (first <= last and lines[first].startswith("|")):
+                tables.append(_table(page, lines, index, end))
             index = end
         index += 1
     return tables

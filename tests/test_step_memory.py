@@ -18,9 +18,12 @@ WINDOWS_3000 = [
     "sampler=uniform",
     "sampler.num_negatives=3000",
     "task.datamodule.train_samples=windows",
+    "task.datamodule.batch_size=512",
     "model.max_len=200",
     "trainer.accelerator=cpu",
 ]
+#: One query per sample: a step's queries are the batch's samples.
+PREFIXES = ["task.datamodule.train_samples=prefixes", "task.datamodule.batch_size=512"]
 
 
 @pytest.fixture
@@ -77,7 +80,7 @@ def test_default_setups_pass_on_this_machine(compose_config, overrides):
 
 def test_a_small_machine_refuses_what_a_big_one_runs(compose_config, machine):
     cfg = compose_config(
-        ["sampler=uniform", "sampler.num_negatives=1000", "trainer.accelerator=cpu"]
+        ["sampler=uniform", "sampler.num_negatives=1000", "trainer.accelerator=cpu", *PREFIXES]
     )
     machine(4 * GIB)
     preflight.check(cfg)
@@ -95,7 +98,7 @@ def test_a_small_machine_refuses_what_a_big_one_runs(compose_config, machine):
     ("overrides", "message"),
     [
         (
-            ["sampler=full"],
+            ["sampler=full", *PREFIXES],
             (
                 r"loss\.chunk_size=8192 with task\.datamodule\.batch_size=512 "
                 r"queries scores about .* exact softmax \(sampler=full\).*: lower "
@@ -103,7 +106,7 @@ def test_a_small_machine_refuses_what_a_big_one_runs(compose_config, machine):
             ),
         ),
         (
-            ["negatives=shared", "sampler.num_negatives=100000"],
+            ["negatives=shared", "sampler.num_negatives=100000", *PREFIXES],
             (
                 r"sampler\.num_negatives=100000 shared \(negatives=shared\) with "
                 r"task\.datamodule\.batch_size=512 queries scores .*: "
@@ -137,11 +140,13 @@ def test_estimate_counts_rows_and_logits_with_their_gradients(compose_config):
     assert shared.rows == queries + 3000 and shared.scores == queries * 3001
 
     # MoS: each of the K=4 components draws ceil(M/K) negatives and scores all of them.
-    mos = step_memory.estimate_step_memory(compose_config(["head=mos", "sampler.num_negatives=10"]))
+    mos = step_memory.estimate_step_memory(
+        compose_config(["head=mos", "sampler.num_negatives=10", *PREFIXES])
+    )
     assert (mos.components, mos.rows, mos.scores) == (4, 512 * 13, 512 * 4 * 13)
 
     # The exact softmax scores at most the synthetic catalog (1,000 items) at a time.
-    exact = step_memory.estimate_step_memory(compose_config(["sampler=full"]))
+    exact = step_memory.estimate_step_memory(compose_config(["sampler=full", *PREFIXES]))
     assert exact.exact and exact.rows == 0 and exact.scores == 512 * 1000
 
     assert step_memory.estimate_step_memory(compose_config(["loss=edrep"])) is None
@@ -153,6 +158,7 @@ def test_cpu_processes_of_one_run_share_the_host(compose_config, machine):
         "sampler.num_negatives=1000",
         "trainer=ddp",
         "trainer.accelerator=cpu",
+        *PREFIXES,
     ]
     single = step_memory.estimate_step_memory(compose_config(overrides)).bytes
     machine(int(1.5 * single))
@@ -161,7 +167,7 @@ def test_cpu_processes_of_one_run_share_the_host(compose_config, machine):
 
 
 def test_the_jobs_of_a_parallel_sweep_share_the_gpu(compose_config, machine, monkeypatch):
-    overrides = ["sampler=uniform", "sampler.num_negatives=1000", "trainer=gpu"]
+    overrides = ["sampler=uniform", "sampler.num_negatives=1000", "trainer=gpu", *PREFIXES]
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(step_memory, "training_device", lambda cfg: cuda)
     single = step_memory.estimate_step_memory(compose_config(overrides), cuda).bytes

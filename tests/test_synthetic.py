@@ -163,3 +163,55 @@ def test_fingerprint_tracks_every_parameter(tmp_path: Path) -> None:
 def test_bad_parameters_are_refused(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         Synthetic(**kwargs)
+
+
+def _transition_matrix(source: Synthetic) -> np.ndarray:
+    """``P[c, j]``: the generator's probability that 0-based item ``j`` follows item ``c``,
+    built item by item from its three ways of drawing the next item."""
+    catalogue, _, _ = source._simulate(np.random.default_rng(source.params["seed"]))
+    switch, chain = source.params["topic_switch_prob"], source.params["chain_prob"]
+    weight, topic = catalogue.weight, catalogue.topic
+    n = len(weight)
+    matrix = np.zeros((n, n))
+    for c in range(n):
+        same = topic == topic[c]
+        matrix[c] = switch * weight / weight.sum()
+        matrix[c, same] += (1 - switch) * (1 - chain) * weight[same] / weight[same].sum()
+        matrix[c, catalogue.successor[c]] += (1 - switch) * chain
+    return matrix
+
+
+def test_the_ceiling_ranks_by_the_generators_own_probabilities() -> None:
+    # A skewed catalogue in which some items never occur: only occurring items are ranked.
+    source = Synthetic(
+        num_users=80,
+        num_items=150,
+        num_topics=4,
+        popularity_exponent=1.6,
+        min_length=5,
+        mean_length=10,
+        chain_prob=0.3,
+    )
+    raw = source.generate()
+    matrix = _transition_matrix(source)
+    assert np.allclose(matrix.sum(axis=1), 1.0)
+    occurring = np.zeros(150, dtype=bool)
+    occurring[raw["item"].to_numpy() - 1] = True
+    assert not occurring.all()
+    hits, gains = [], []
+    for _, group in raw.groupby("user", sort=True):
+        seq = group["item"].to_numpy() - 1
+        target, scores = seq[-1], matrix[seq[-2]]
+        competing = occurring.copy()
+        competing[seq[:-1]] = False
+        competing[target] = False
+        rank = int((scores[competing] >= scores[target]).sum())
+        hits.append(rank < 10)
+        gains.append(1 / np.log2(rank + 2) if rank < 10 else 0.0)
+    ceiling = source.ceiling(10)
+    assert ceiling == pytest.approx({"ndcg@10": np.mean(gains), "hr@10": np.mean(hits)}, abs=1e-12)
+
+
+def test_no_fitted_recommender_beats_the_ceiling(default_raw: pd.DataFrame) -> None:
+    popularity_hr, transition_hr = _hit_rates(default_raw)
+    assert Synthetic().ceiling(10)["hr@10"] > max(popularity_hr, transition_hr)

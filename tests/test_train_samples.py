@@ -274,9 +274,9 @@ def test_unknown_construction_stops_train_py_with_one_line(tmp_path: Path) -> No
     assert not (tmp_path / "data").exists()
 
 
-def test_prefixes_are_the_default(compose_config: Callable[..., DictConfig]) -> None:
+def test_windows_are_the_default(compose_config: Callable[..., DictConfig]) -> None:
     datamodule = compose_config([]).task.datamodule
-    assert (datamodule.train_samples, datamodule.batch_size) == ("prefixes", 512)
+    assert (datamodule.train_samples, datamodule.batch_size) == ("windows", 128)
 
 
 @pytest.mark.slow

@@ -255,7 +255,7 @@ def _plain_head(cfg: DictConfig) -> bool:
 
 def check_cloze_samples(cfg: DictConfig) -> None:
     """A model trained by cloze (``masked_training``, ``model=bert4rec``) gets whole windows to
-    mask: ``task.datamodule.train_samples=last_window`` or ``windows``, not the default
+    mask: ``task.datamodule.train_samples=windows`` (the default) or ``last_window``, not
     ``prefixes``, whose samples hold one target each.
 
     The model group cannot choose the training samples itself: its file fills ``model`` only,
@@ -265,7 +265,7 @@ def check_cloze_samples(cfg: DictConfig) -> None:
     model = get_class(target) if target else None
     if not getattr(model, "masked_training", False):
         return
-    samples = cfg.task.datamodule.get("train_samples", "prefixes")
+    samples = cfg.task.datamodule.get("train_samples", "windows")
     if samples == "prefixes":
         raise ConfigError(
             f"model={model.name} trains by cloze on whole windows: set "

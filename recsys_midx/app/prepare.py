@@ -3,6 +3,7 @@
     python -m recsys_midx.data prepare dataset=ml-1m
     python -m recsys_midx.data prepare dataset=ml-100k dataset.raw_dir=PATH preprocess=recbole
     python -m recsys_midx.data describe dataset=ml-1m
+    python -m recsys_midx.data describe experiment=synthetic-1m   # with the generator's ceiling
 
 Arguments after the command are Hydra overrides of the project's ``recsys_midx/conf/config.yaml``,
 exactly as for ``recsys-midx-train`` (``train.py``), so a dataset prepared here is the one a
@@ -28,6 +29,7 @@ from rich.table import Table
 from recsys_midx.data.errors import DataError
 from recsys_midx.data.pipeline import cache_directory, load_stats
 from recsys_midx.data.sources.base import Source
+from recsys_midx.data.sources.synthetic import Synthetic
 
 #: The project's Hydra configs (``recsys_midx/conf/``, shipped with the package).
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -131,6 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"error: {cause or e}", style="red", highlight=False, markup=False)
         return 1 if cause is not None else 2
     console.print(stats_table(source.name, directory, stats))
+    if isinstance(source, Synthetic):
+        ceiling = source.ceiling(10)
+        console.print(
+            f"ceiling (ranking by the generator's next-item probabilities, each user's last item, "
+            f"history excluded): NDCG@10 {ceiling['ndcg@10']:.4f}, HR@10 {ceiling['hr@10']:.4f}",
+            highlight=False,
+            markup=False,
+        )
     return 0
 
 

@@ -25,13 +25,21 @@ from hydra.errors import HydraException
 
 from recsys_midx.app import preflight
 from recsys_midx.errors import ConfigError
-from recsys_midx.reproduce.collect import collect, read_runs
+from recsys_midx.reproduce.collect import (
+    collect,
+    collect_curves,
+    curves_path,
+    read_curves,
+    read_runs,
+)
+from recsys_midx.reproduce.figure import plot_curves
 from recsys_midx.reproduce.render import render_block, update_page
 from recsys_midx.reproduce.runs import PlannedRun, execute, plan, status
 from recsys_midx.reproduce.spec import TableSpec, load_spec
 
-#: The pages whose blocks show the tables, looked for in the working directory.
-PAGES = ("docs/results.md", "docs/benchmarks.md")
+#: The pages whose blocks show the tables, looked for in the working directory: the docs pages
+#: hold every table once, README.md the ones its first screen shows.
+PAGES = ("README.md", "docs/results.md", "docs/benchmarks.md")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         csv = args.csv or Path(args.spec).with_suffix(".csv")
         runs = plan(spec, args.out, args.data_dir)
         if args.render:
-            return _render(spec, read_runs(csv), args)
+            return _render(spec, read_runs(csv), read_curves(spec, csv), args)
         _check_runs(spec, runs)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -64,14 +72,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = execute(todo, spec.device, args.jobs)
     frame = collect(spec, runs, csv)
     print(f"runs: {csv}")
-    _render(spec, frame, args)
+    curves = collect_curves(spec, runs, curves_path(csv)) if spec.validation else None
+    _render(spec, frame, curves, args)
     return 1 if failed else 0
 
 
-def _render(spec: TableSpec, runs: pd.DataFrame, args: argparse.Namespace) -> int:
-    """Print the table's block and write it into the pages that show it."""
-    block = render_block(spec, runs, f"recsys-midx-reproduce {args.spec}")
+def _render(
+    spec: TableSpec,
+    runs: pd.DataFrame,
+    curves: pd.DataFrame | None,
+    args: argparse.Namespace,
+) -> int:
+    """Print the table's block, write it into the pages that show it and draw its figure."""
+    block = render_block(spec, runs, f"recsys-midx-reproduce {args.spec}", curves)
     print(block)
+    if curves is not None and not curves.empty:
+        print(f"figure: {plot_curves(spec, curves, Path(args.spec).with_suffix('.png'))}")
     for page in PAGES:
         if Path(page).is_file() and update_page(Path(page), block, spec.name):
             print(f"rendered into {page}")

@@ -147,7 +147,7 @@ def _query_positions(cfg: DictConfig) -> int | None:
         return 1
     if not issubclass(module, SeqRecModule):
         return None
-    samples = cfg.task.datamodule.get("train_samples", "prefixes")
+    samples = cfg.task.datamodule.get("train_samples", "windows")
     if samples == "prefixes":
         return 1
     return int(cfg.task.datamodule.max_len) if samples in WINDOW_SAMPLES else None

@@ -47,8 +47,8 @@ class SeqRecDataModule(L.LightningDataModule):
     """Serves training sequences and evaluation queries for one dataset, split by ``split``.
 
     Training batches hold windows of the training sequences, chosen by ``train_samples`` (see
-    :mod:`recsys_midx.data.train_samples`): by default one sample per training target, the up to
-    ``max_len`` items before it as the input.
+    :mod:`recsys_midx.data.train_samples`): by default windows of ``max_len + 1`` items covering
+    every training item, each position a query.
     Evaluation batches hold the last ``max_len`` items before the target, the target, and the
     whole history before it (for excluding seen items from the ranking).
 
@@ -62,8 +62,8 @@ class SeqRecDataModule(L.LightningDataModule):
         split: how training, validation and test are formed (the ``split`` config group):
             :class:`~recsys_midx.data.splits.LeaveOneOut` (default) or
             :class:`~recsys_midx.data.time_split.GlobalTime`.
-        train_samples: the training samples of an epoch: ``"prefixes"`` (default),
-            ``"windows"`` or ``"last_window"`` (see :mod:`recsys_midx.data.train_samples`).
+        train_samples: the training samples of an epoch: ``"windows"`` (default),
+            ``"prefixes"`` or ``"last_window"`` (see :mod:`recsys_midx.data.train_samples`).
         window_stride: items between consecutive windows' ends for ``"windows"``, in
             ``1..max_len`` (``None``: ``max_len``).
         val_users: validate on this many users, a fixed sample (``None``: every user). The sample
@@ -81,7 +81,7 @@ class SeqRecDataModule(L.LightningDataModule):
         ```python
         dm = SeqRecDataModule(Synthetic(num_users=100, num_items=50), "datasets", max_len=20)
         dm.prepare_data(); dm.setup("fit")
-        batch = next(iter(dm.train_dataloader()))  # {"inputs": [B, 20], "targets": [B, 1]}
+        batch = next(iter(dm.train_dataloader()))  # {"inputs": [B, 20], "targets": [B, 20]}
         ```
     """
 
@@ -90,11 +90,11 @@ class SeqRecDataModule(L.LightningDataModule):
         source: Source,
         data_dir: str | Path,
         max_len: int,
-        batch_size: int = 512,
+        batch_size: int = 128,
         eval_batch_size: int = 256,
         num_workers: int = 0,
         split: SplitStrategy | None = None,
-        train_samples: str = "prefixes",
+        train_samples: str = "windows",
         window_stride: int | None = None,
         val_users: int | None = None,
         test_users: int | None = None,

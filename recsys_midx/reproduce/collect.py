@@ -2,6 +2,8 @@
 
 The CSV is what the page's table is rendered from (:mod:`recsys_midx.reproduce.render`) and is
 committed beside the spec, so the table can be checked, and rendered again, without the runs.
+A spec with ``validation`` also gets its runs' curves, one line per epoch, in a second CSV
+beside the first (:func:`curves_path`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from recsys_midx.reproduce.runs import ENVIRONMENT_FILE, RESULTS_FILE, PlannedRun
+from recsys_midx.reproduce.runs import ENVIRONMENT_FILE, EPOCHS_FILE, RESULTS_FILE, PlannedRun
 from recsys_midx.reproduce.spec import TableSpec
 
 #: The columns before the metrics, in order.
@@ -83,5 +85,46 @@ def collect(spec: TableSpec, runs: list[PlannedRun], path: Path) -> pd.DataFrame
     rows = [run_row(spec, run) for run in runs if (run.folder / RESULTS_FILE).is_file()]
     frame = pd.DataFrame(rows, columns=[*COLUMNS, *spec.metrics])
     path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False)
+    return frame
+
+
+def curves_path(runs_csv: Path) -> Path:
+    """Where the curves of the table whose runs are in ``runs_csv`` go: ``NAME.curves.csv``."""
+    return runs_csv.with_name(f"{runs_csv.stem}.curves.csv")
+
+
+def read_curves(spec: TableSpec, runs_csv: Path) -> pd.DataFrame | None:
+    """The curves :func:`collect_curves` wrote beside ``runs_csv``; ``None`` for a spec
+    without ``validation`` or before any were collected."""
+    path = curves_path(runs_csv)
+    return pd.read_csv(path) if spec.validation and path.is_file() else None
+
+
+def run_curve(spec: TableSpec, run: PlannedRun) -> pd.DataFrame:
+    """One run's curve: per epoch, the minutes since it started (training plus validation) and
+    the spec's ``validation`` metric."""
+    epochs = pd.read_csv(run.folder / EPOCHS_FILE)
+    seconds = (epochs["train_seconds"] + epochs["val_seconds"].fillna(0.0)).cumsum()
+    return pd.DataFrame(
+        {
+            "row": run.row.name,
+            "seed": run.seed,
+            "epoch": epochs["epoch"].astype(int),
+            "minutes": seconds / 60,
+            "value": epochs[spec.validation],
+        }
+    )
+
+
+def collect_curves(spec: TableSpec, runs: list[PlannedRun], path: Path) -> pd.DataFrame:
+    """Write the curves of ``runs`` (the complete ones) to ``path``, in the spec's row order.
+
+    Returns:
+        The frame written.
+    """
+    complete = [run for run in runs if (run.folder / RESULTS_FILE).is_file()]
+    columns = ["row", "seed", "epoch", "minutes", "value"]
+    frame = pd.concat([run_curve(spec, run) for run in complete] or [pd.DataFrame(columns=columns)])
     frame.to_csv(path, index=False)
     return frame

@@ -1,13 +1,15 @@
 """A table's markdown, rendered from its runs' CSV, and the block of a page that shows it.
 
 Each row shows the mean ± standard deviation of every metric over its seeds, how many runs, and,
-for the first metric, the difference to the reference row with its 95% interval (Welch's), read
-as ``better`` or ``worse`` only where the interval leaves out zero and as ``level`` otherwise.
-Runs that the wall-time cap stopped are counted and marked. The block a page holds between
-``<!-- reproduce: NAME -->`` and ``<!-- /reproduce: NAME -->`` carries the provenance marker,
-the caption (commits, dates, machine, and the command that regenerates the table) and the
-table; :func:`update_page` writes it, and the docs tests check that every page's block is what
-its CSV renders.
+for the first metric, the difference to the reference row with its 95% interval (Welch's), read as
+``better`` or ``worse`` only where the interval leaves out zero and as ``level`` otherwise. Runs
+that the wall-time cap stopped are counted and marked. With the runs' validation curves (a spec
+with ``validation``), a second table gives each row's minutes to 90, 95 and 97% of the best
+validation value any run reached (the figure of the curves, drawn beside the spec, is linked by the
+page). The block a page holds between ``<!-- reproduce: NAME -->`` and ``<!-- /reproduce: NAME
+-->`` carries the provenance marker, the caption (commits, dates, machine, and the command that
+regenerates the table) and the table; :func:`update_page` writes it, and the docs tests check that
+every page's block is what its CSV renders.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from recsys_midx.reproduce.spec import TableSpec
 
 #: Confidence of the difference's interval.
 CONFIDENCE = 0.95
+#: Shares of the best validation value that the time table times.
+SHARES = (0.90, 0.95, 0.97)
 
 
 def difference_interval(runs: pd.Series, reference: pd.Series) -> tuple[float, float, float]:
@@ -107,19 +111,59 @@ def render_table(spec: TableSpec, runs: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def render_times(spec: TableSpec, curves: pd.DataFrame) -> str:
+    """Minutes each row's runs took to reach shares of the best validation value of any run.
+
+    A cell is the mean over the runs that reached the share, with how many did of how many ran.
+
+    Example:
+        >>> from recsys_midx.reproduce.spec import parse_spec
+        >>> spec = parse_spec("t", {"command": ["x=1"], "seeds": [0], "code": ["y"],
+        ...     "metrics": ["test/ndcg@10"], "validation": "val/ndcg@10",
+        ...     "rows": [{"name": "a"}, {"name": "b", "reference": True}]})
+        >>> curves = pd.DataFrame({"row": ["a", "a", "b", "b"], "seed": 0,
+        ...     "minutes": [1.0, 2.0, 3.0, 6.0], "value": [0.5, 0.96, 0.9, 1.0]})
+        >>> print(render_times(spec, curves))
+        | row | best val/ndcg@10 | minutes to 90% | minutes to 95% | minutes to 97% |
+        |---|---:|---:|---:|---:|
+        | a | 0.9600 | 2.0 (1/1) | 2.0 (1/1) | – (0/1) |
+        | b | 1.0000 | 3.0 (1/1) | 6.0 (1/1) | 6.0 (1/1) |
+    """
+    best = float(curves["value"].max())
+    header = ["row", f"best {spec.validation}", *(f"minutes to {share:.0%}" for share in SHARES)]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for row in spec.rows:
+        own = curves[curves["row"] == row.name]
+        if own.empty:
+            continue
+        runs = [run for _, run in own.groupby("seed", sort=True)]
+        cells = [row.name, _mean_std(pd.Series([run["value"].max() for run in runs]))]
+        for share in SHARES:
+            reached = [run.loc[run["value"] >= share * best, "minutes"].min() for run in runs]
+            times = pd.Series([minutes for minutes in reached if not math.isnan(minutes)])
+            mean = f"{times.mean():.1f}" if len(times) else "–"
+            cells.append(f"{mean} ({len(times)}/{len(runs)})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _mean_std(values: pd.Series) -> str:
     if len(values) < 2:
         return f"{values.mean():.4f}"
     return f"{values.mean():.4f} ± {values.std(ddof=1):.4f}"
 
 
-def render_block(spec: TableSpec, runs: pd.DataFrame, command: str) -> str:
-    """The page's block for the table: the provenance marker, the caption and the table.
+def render_block(
+    spec: TableSpec, runs: pd.DataFrame, command: str, curves: pd.DataFrame | None = None
+) -> str:
+    """The page's block for the table: the provenance marker, the caption and the table; with
+    ``curves``, the time table below it.
 
     Args:
         spec: the table.
         runs: its CSV.
         command: the command that regenerates it, as the caption names it.
+        curves: its curves' CSV (a spec with ``validation``), or ``None``.
     """
     commits = list(dict.fromkeys(str(commit) for commit in runs["commit"].dropna()))
     dates = sorted({str(date) for date in runs["date"].dropna()})
@@ -138,6 +182,7 @@ def render_block(spec: TableSpec, runs: pd.DataFrame, command: str) -> str:
     )
     checked = f"; checked: {spec.checked}" if spec.checked else ""
     marker = f"<!-- measured: {' '.join(commits)}{checked}; code: {' '.join(spec.code)} -->"
+    timed = ["", render_times(spec, curves)] if curves is not None and not curves.empty else []
     return "\n".join(
         [
             f"<!-- reproduce: {spec.name} -->",
@@ -146,6 +191,7 @@ def render_block(spec: TableSpec, runs: pd.DataFrame, command: str) -> str:
             caption,
             "",
             render_table(spec, runs),
+            *timed,
             f"<!-- /reproduce: {spec.name} -->",
         ]
     )

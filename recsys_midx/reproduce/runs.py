@@ -34,6 +34,8 @@ Status = Literal["complete", "resumable", "missing"]
 #: What a run records beside its results.
 ENVIRONMENT_FILE = "environment.json"
 RESULTS_FILE = "results.json"
+#: A run's per-epoch log (seconds and validation metrics).
+EPOCHS_FILE = "epochs.csv"
 #: The accelerator each spec device trains on.
 _ACCELERATORS = {"cpu": "cpu", "gpu": "gpu"}
 

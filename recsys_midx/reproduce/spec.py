@@ -13,13 +13,17 @@ threads: 2
 max_time: "00:01:00:00"
 device: cpu
 metrics: [test/ndcg@10, test/hr@10]
+validation: val/ndcg@10   # optional
 code: ["@midx", "@softmax", "@train", "@seqrec"]
 checked: "1a2b3c4"   # optional
 ```
 
 Every row trains ``python train.py COMMAND ROW_OVERRIDES seed=S threads=T`` once per seed;
 ``{data}`` stands for the folder of the benchmark data. The reference row is the one every other
-row's difference is measured against. ``code`` lists the files (or groups of the results page's
+row's difference is measured against. ``validation`` names a metric of each run's
+``epochs.csv``: every run's curve of it against time is then collected too, and the page shows
+how many minutes each row took to reach 90, 95 and 97% of the best value any run reached, with
+a figure of the curves. ``code`` lists the files (or groups of the results page's
 provenance test) whose changes could move the numbers; ``checked``, a later commit up to which
 every change to that code was read and found to leave the numbers as they are (the provenance
 marker's ``checked:``), lets a table stay current across such a change without re-running it.
@@ -49,6 +53,7 @@ _FIELDS = (
     "max_time",
     "device",
     "metrics",
+    "validation",
     "code",
     "checked",
 )
@@ -85,6 +90,8 @@ class TableSpec:
         max_time: the wall-time cap of each run (``trainer.max_time``), or ``None``.
         device: ``cpu`` or ``gpu``: the machine the numbers come from.
         metrics: the ``results.json`` metrics the table shows, the first the one compared.
+        validation: the ``epochs.csv`` metric whose curves against time the page times and
+            plots, or ``None``.
         code: the files and provenance groups the numbers depend on.
         checked: the commit up to which changes to ``code`` were read and leave the numbers as
             they are, or ``None``.
@@ -101,6 +108,7 @@ class TableSpec:
     metrics: tuple[str, ...]
     code: tuple[str, ...]
     checked: str | None = None
+    validation: str | None = None
 
     @property
     def reference(self) -> Row:
@@ -179,6 +187,11 @@ def parse_spec(name: str, raw: Any, where: str | None = None) -> TableSpec:
     metrics = _strings(raw["metrics"], "metrics", fail)
     if not all(metric.startswith(("val/", "test/")) for metric in metrics):
         raise fail("metrics", "name results.json metrics, e.g. test/ndcg@10")
+    validation = raw.get("validation")
+    if validation is not None and not (
+        isinstance(validation, str) and validation.startswith("val/")
+    ):
+        raise fail("validation", f"{validation!r}: name a validation metric, e.g. val/ndcg@10")
     checked = raw.get("checked")
     if checked is not None and not (isinstance(checked, str) and _COMMIT.match(checked)):
         raise fail("checked", f"{checked!r}: give a commit, e.g. 45fcc1b")
@@ -194,6 +207,7 @@ def parse_spec(name: str, raw: Any, where: str | None = None) -> TableSpec:
         metrics=metrics,
         code=_strings(raw["code"], "code", fail),
         checked=checked,
+        validation=validation,
     )
 
 

@@ -237,6 +237,60 @@ class PythonLiterals:
                 yield _rows_to_batch(rows, wanted)
 
 
+@dataclass(frozen=True)
+class Sequences:
+    """One user per line: the user's id, then the ids of its items in time order.
+
+    The layout of the sequential benchmarks as S3-Rec published them (``Beauty.txt``,
+    ``Yelp.txt``, ...) and of LightGCN's ``train.txt``. Each line becomes one ``(user, item)`` row
+    per item, in the line's order, under the columns ``user`` and ``item``; a line with a user and
+    no items adds no row. Ids are read as text (ids that are all canonical integers are then
+    ordered as numbers, as for the other formats).
+
+    Attributes:
+        delimiter: the separator between ids; None: any run of whitespace.
+
+    Example:
+        >>> Sequences().columns(Path("Beauty.txt"))
+        ['user', 'item']
+    """
+
+    delimiter: str | None = None
+
+    def columns(self, path: Path) -> list[str]:
+        return ["user", "item"]
+
+    def batches(
+        self, path: Path, wanted: Sequence[str], advance: Callable[[int], None]
+    ) -> Iterator[pa.RecordBatch]:
+        missing = [name for name in wanted if name not in ("user", "item")]
+        if missing:
+            raise MissingColumnsError(path, missing, self.columns(path))
+        with tracked_stream(path, advance, native=False) as stream:
+            users: list[str] = []
+            items: list[str] = []
+            for number, line in enumerate(stream, start=1):
+                try:
+                    user, *sequence = line.decode("utf-8").rstrip("\r\n").split(self.delimiter)
+                except UnicodeDecodeError as e:
+                    raise DataError(f"{path}, line {number}: not UTF-8 text ({e})") from e
+                except ValueError:  # an empty line
+                    continue
+                users.extend([user] * len(sequence))
+                items.extend(sequence)
+                if len(items) >= LINES_PER_BATCH:
+                    yield _id_batch({"user": users, "item": items}, wanted)
+                    users, items = [], []
+            if items:
+                yield _id_batch({"user": users, "item": items}, wanted)
+
+
+def _id_batch(ids: dict[str, list[str]], wanted: Sequence[str]) -> pa.RecordBatch:
+    """A record batch of the ``wanted`` id columns, as text."""
+    arrays = [pa.array(ids[name], pa.string()) for name in wanted]
+    return pa.RecordBatch.from_arrays(arrays, names=list(wanted))
+
+
 def _rows_to_batch(rows: list[list[Any]], names: Sequence[str]) -> pa.RecordBatch:
     """A record batch from row lists; values of mixed Python types are kept as text."""
     arrays = []

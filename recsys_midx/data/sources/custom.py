@@ -1,4 +1,5 @@
-"""Your own interactions: a CSV, TSV, Parquet or JSON-lines file (or a folder of them)."""
+"""Your own interactions: a CSV, TSV, Parquet, JSON-lines or one-user-per-line file (or a folder
+of them)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from recsys_midx.data.readers import (
     Format,
     JsonLines,
     Parquet,
+    Sequences,
     file_signature,
     format_for,
     read_interactions,
@@ -25,7 +27,7 @@ from recsys_midx.data.sources.base import Source
 
 log = logging.getLogger(__name__)
 
-_FORMATS = ("csv", "tsv", "parquet", "jsonl")
+_FORMATS = ("csv", "tsv", "parquet", "jsonl", "sequences")
 
 
 class Custom(Source):
@@ -48,10 +50,12 @@ class Custom(Source):
             holding each (a list names alternatives: the first non-empty one is taken); ``time``
             None: the files have no time column, their row order stands for it (logged once
             when the files are read).
-        format: ``"csv"``, ``"tsv"``, ``"parquet"`` or ``"jsonl"``; None: from the file suffix
-            (``.csv``, ``.tsv``, ``.parquet``, ``.jsonl``/``.json``, optionally ``.gz``).
+        format: ``"csv"``, ``"tsv"``, ``"parquet"``, ``"jsonl"`` or ``"sequences"`` (one user
+            per line, its id and then its items in time order: :class:`Sequences`, whose
+            columns are ``user`` and ``item``); None: from the file suffix (``.csv``, ``.tsv``,
+            ``.parquet``, ``.jsonl``/``.json``, optionally ``.gz``).
         delimiter: the separator of a delimited file, when it is not the format's (``,`` for
-            csv, tab for tsv), e.g. ``";"`` or ``"|"``.
+            csv, tab for tsv), e.g. ``";"`` or ``"|"``; for ``sequences`` None is any whitespace.
         header: a delimited file starts with a header line; otherwise give ``names``.
         names: column names of a delimited file without a header line.
         preprocess: filters (default: 5-core, all ratings kept).
@@ -179,6 +183,7 @@ class Custom(Source):
                 "tsv": Delimited("\t"),
                 "parquet": Parquet(),
                 "jsonl": JsonLines(),
+                "sequences": Sequences(self.delimiter),
             }[self.format]
         if isinstance(fmt, Delimited):
             fmt = Delimited(

@@ -38,6 +38,8 @@ class _Catalogue:
     """Topics, chains and popularity of the items (0-based item indices)."""
 
     num_topics: int
+    weight: np.ndarray  # [N] popularity weight of each item, in (0, 1]
+    topic: np.ndarray  # [N] topic of each item
     successor: np.ndarray  # [N] next item on the item's chain
     by_topic: np.ndarray  # [N] items grouped by topic, each group in chain order
     topic_end: np.ndarray  # [T] end (exclusive) of each topic's group in by_topic
@@ -154,17 +156,60 @@ class Synthetic(Source):
         """
         p = self.params
         rng = np.random.default_rng(p["seed"])
-        catalogue = _build_catalogue(rng, p["num_items"], p["num_topics"], p["popularity_exponent"])
-        lengths = _sequence_lengths(
-            rng, p["num_users"], p["min_length"], p["mean_length"], p["max_length"]
-        )
-        items = _walk(rng, catalogue, lengths, p["chain_prob"], p["topic_switch_prob"])
+        catalogue, lengths, items = self._simulate(rng)
         return pd.DataFrame(
             {
                 "user": np.repeat(np.arange(1, p["num_users"] + 1, dtype=np.int64), lengths),
                 "item": items + 1,
                 "timestamp": _timestamps(rng, lengths),
             }
+        )
+
+    def ceiling(self, k: int = 10) -> dict[str, float]:
+        """NDCG@k and HR@k of ranking by the generator's own next-item probabilities.
+
+        The next item depends only on the current one (its topic is the current topic), so its
+        probability under the generator is known exactly; ranking by it is the best any model
+        can do in expectation. The ranking is leave-one-out's test as the default evaluation
+        runs it: each user's last item is the target, the items that occur in the data are
+        ranked by their probability after the item before it, the user's earlier items are
+        excluded (``eval.exclude_seen``) and an item scored as high as the target ranks above
+        it.
+
+        Args:
+            k: the cut-off.
+
+        Returns:
+            ``{"ndcg@k": ..., "hr@k": ...}``, means over every user.
+
+        Example:
+            >>> ceiling = Synthetic(num_users=200, num_items=100, num_topics=5).ceiling()
+            >>> 0 < ceiling["ndcg@10"] < ceiling["hr@10"] <= 1
+            True
+        """
+        catalogue, lengths, items = self._simulate(np.random.default_rng(self.params["seed"]))
+        ranks = _ceiling_ranks(
+            catalogue,
+            lengths,
+            items,
+            self.params["chain_prob"],
+            self.params["topic_switch_prob"],
+        )
+        hits = ranks < k
+        gains = np.where(hits, 1.0 / np.log2(ranks + 2.0), 0.0)
+        return {f"ndcg@{k}": float(gains.mean()), f"hr@{k}": float(hits.mean())}
+
+    def _simulate(self, rng: np.random.Generator) -> tuple[_Catalogue, np.ndarray, np.ndarray]:
+        """The catalogue, the sequence lengths and the 0-based items, user after user."""
+        p = self.params
+        catalogue = _build_catalogue(rng, p["num_items"], p["num_topics"], p["popularity_exponent"])
+        lengths = _sequence_lengths(
+            rng, p["num_users"], p["min_length"], p["mean_length"], p["max_length"]
+        )
+        return (
+            catalogue,
+            lengths,
+            _walk(rng, catalogue, lengths, p["chain_prob"], p["topic_switch_prob"]),
         )
 
 
@@ -192,8 +237,12 @@ def _build_catalogue(
     topic_weight = cumulative[topic_end - 1] - before
     within = topic_of_slot + (cumulative - before[topic_of_slot]) / topic_weight[topic_of_slot]
     within[topic_end - 1] = np.arange(1, num_topics + 1)  # exact upper bounds despite rounding
+    topic = np.empty(num_items, dtype=np.int64)
+    topic[by_topic] = topic_of_slot
     return _Catalogue(
         num_topics=num_topics,
+        weight=weight,
+        topic=topic,
         successor=successor,
         by_topic=by_topic,
         topic_end=topic_end,
@@ -248,3 +297,70 @@ def _timestamps(rng: np.random.Generator, lengths: np.ndarray) -> np.ndarray:
     elapsed = np.cumsum(rng.integers(1, _DAY, int(lengths.sum())))
     start = _START_TIME + rng.integers(0, 365 * _DAY, len(lengths))
     return np.repeat(start - elapsed[first_row], lengths) + elapsed
+
+
+def _ceiling_ranks(
+    catalogue: _Catalogue,
+    lengths: np.ndarray,
+    items: np.ndarray,
+    chain_prob: float,
+    switch_prob: float,
+) -> np.ndarray:
+    """0-based rank of each user's last item under the generator's next-item probabilities
+    given the item before it (see :meth:`Synthetic.ceiling`).
+
+    After item ``c`` of topic ``t``, item ``j`` comes next with probability
+    ``s w_j / W`` from a topic switch, plus ``(1 - s)(1 - chain) w_j / W_t`` when ``j`` is in
+    ``t`` and ``(1 - s) chain`` when ``j`` is ``c``'s successor (``w``: popularity weights, ``W``
+    their sum, ``W_t`` topic ``t``'s). So the competitors that beat the target are counted by
+    binary searches over the occurring items' weights, overall and per topic, without scoring
+    the catalogue for every user.
+    """
+    # Weights are distinct by at least 8e-7 of their value up to 1e6 items: this margin keeps
+    # the target from being counted as its own competitor through rounding.
+    margin = 1.0 + 1e-9
+    ends = np.cumsum(lengths)
+    targets, current = items[ends - 1], items[ends - 2]
+    occurs = np.zeros(len(catalogue.weight), dtype=bool)
+    occurs[items] = True
+    weight, topic = catalogue.weight, catalogue.topic
+    total = weight.sum()
+    topic_total = np.bincount(topic, weights=weight, minlength=catalogue.num_topics)
+    in_topic = switch_prob / total + (1 - switch_prob) * (1 - chain_prob) / topic_total
+    bonus = (1 - switch_prob) * chain_prob
+
+    def probability(candidate: np.ndarray, after: np.ndarray) -> np.ndarray:
+        same = topic[candidate] == topic[after]
+        base = np.where(same, in_topic[topic[after]], switch_prob / total) * weight[candidate]
+        return base + bonus * (candidate == catalogue.successor[after])
+
+    # Occurring items sorted by weight overall, and by (topic, weight) as topic + weight / 2.
+    present = np.flatnonzero(occurs)
+    by_weight = np.sort(weight[present])
+    by_topic = np.sort(topic[present] + weight[present] / 2)
+
+    def heavier_in_topic(t: np.ndarray, floor: np.ndarray) -> np.ndarray:
+        """Occurring items of topic ``t`` weighing more than ``floor``."""
+        start = np.searchsorted(by_topic, t + np.clip(floor, 0.0, 2.0) / 2, side="right")
+        return np.searchsorted(by_topic, t + 1.0, side="left") - start
+
+    tau = probability(targets, current) * margin
+    t = topic[current]
+    beaten = heavier_in_topic(t, tau / in_topic[t])
+    if switch_prob > 0:
+        floor = tau * total / switch_prob
+        overall = len(by_weight) - np.searchsorted(by_weight, floor, side="right")
+        beaten += overall - heavier_in_topic(t, floor)
+    # The successor was counted by its weight alone; count it by its probability instead.
+    successor = catalogue.successor[current]
+    counted = occurs[successor] & (successor != targets)
+    beaten += counted & (in_topic[t] * weight[successor] + bonus > tau)
+    beaten -= counted & (in_topic[t] * weight[successor] > tau)
+    # The user's earlier items (each once) are excluded from the ranking.
+    user = np.repeat(np.arange(len(lengths)), lengths)
+    earlier = np.ones(len(items), dtype=bool)
+    earlier[ends - 1] = False
+    pairs = np.unique(user[earlier] * len(weight) + items[earlier])
+    seen_user, seen = np.divmod(pairs, len(weight))
+    above = (seen != targets[seen_user]) & (probability(seen, current[seen_user]) > tau[seen_user])
+    return beaten - np.bincount(seen_user[above], minlength=len(lengths))
