@@ -23,6 +23,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from recsys_midx.data.datamodule import SeqRecDataModule
 from recsys_midx.heads import DotHead, HeadOutput
 from recsys_midx.lit import SeqRecModule
 from recsys_midx.losses import SoftmaxLoss
@@ -147,6 +148,22 @@ def sampler_overrides(sampler: str, num_items: int = TINY_CATALOG) -> list[str]:
     kind = sampler_config_class(sampler)
     settings = {} if kind is None else kind.settings_for(num_items)
     return [f"sampler={sampler}", *(f"sampler.{name}={value}" for name, value in settings.items())]
+
+
+def check_leave_one_out(
+    module: SeqRecDataModule, sequences: Mapping[int, Sequence[int]]
+) -> dict[str, dict]:
+    """Assert that a set-up data module holds out each user's last two items of ``sequences``
+    (ids as in the file, users in order) and tests on the rest; returns its first validation
+    and test batches, ``{"val": ..., "test": ...}``."""
+    val = next(iter(module.val_dataloader()))
+    test = next(iter(module.test_dataloader()))
+    assert val["targets"].tolist() == [items[-2] for items in sequences.values()]
+    assert test["targets"].tolist() == [items[-1] for items in sequences.values()]
+    for row, items in enumerate(sequences.values()):
+        inputs = test["inputs"][row]
+        assert inputs[inputs > 0].tolist() == list(items[:-1])
+    return {"val": val, "test": test}
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import check_leave_one_out
 from hydra.utils import instantiate
 
 import recsys_midx.data.readers.formats as formats
@@ -62,10 +63,4 @@ def test_the_file_is_read_as_published_and_split_leave_one_out(compose_config, p
     module.setup("fit")
     assert module.num_items == 6 and module.stats["users"] == 3
     assert module.stats["interactions"] == sum(map(len, SEQUENCES.values()))
-    val = next(iter(module.val_dataloader()))
-    test = next(iter(module.test_dataloader()))
-    assert val["targets"].tolist() == [items[-2] for items in SEQUENCES.values()]
-    assert test["targets"].tolist() == [items[-1] for items in SEQUENCES.values()]
-    for row, items in enumerate(SEQUENCES.values()):
-        inputs = test["inputs"][row]
-        assert inputs[inputs > 0].tolist() == items[:-1]
+    check_leave_one_out(module, SEQUENCES)
