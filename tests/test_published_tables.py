@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 from conftest import ROOT
 
+from recsys_midx.app.reproduce import PAGES
 from recsys_midx.reproduce.collect import read_curves, read_runs
 from recsys_midx.reproduce.render import block_names, page_block, render_block
 from recsys_midx.reproduce.spec import load_spec
 
-PAGES = ("README.md", "docs/results.md", "docs/benchmarks.md")
 TABLES = ROOT / "docs" / "results" / "tables"
 SHOWN = [
     (page, name)

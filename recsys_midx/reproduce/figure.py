@@ -10,7 +10,7 @@ from matplotlib import rcParams
 # A figure made without pyplot renders to a file only and leaves the caller's backend alone.
 from matplotlib.figure import Figure
 
-from recsys_midx.reproduce.render import SHARES
+from recsys_midx.reports.summary_plots import FRACTIONS
 from recsys_midx.reproduce.spec import TableSpec
 
 
@@ -41,7 +41,7 @@ def plot_curves(spec: TableSpec, curves: pd.DataFrame, path: Path) -> Path:
                 label=row.name if number == 0 else None,
             )
     best = float(curves["value"].max())
-    for share in SHARES:
+    for share in FRACTIONS:
         ax.axhline(share * best, color="grey", linewidth=0.7, linestyle=":")
     ax.set_ylim(bottom=min(0.8 * best, float(curves["value"].quantile(0.05))))
     ax.set_xlabel("minutes (training and validation)")

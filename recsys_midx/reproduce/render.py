@@ -6,10 +6,10 @@ for the first metric, the difference to the reference row with its 95% interval 
 that the wall-time cap stopped are counted and marked. With the runs' validation curves (a spec
 with ``validation``), a second table gives each row's minutes to 90, 95 and 97% of the best
 validation value any run reached (the figure of the curves, drawn beside the spec, is linked by the
-page). The block a page holds between ``<!-- reproduce: NAME -->`` and ``<!-- /reproduce: NAME
--->`` carries the provenance marker, the caption (commits, dates, machine, and the command that
-regenerates the table) and the table; :func:`update_page` writes it, and the docs tests check that
-every page's block is what its CSV renders.
+page). The block a page holds between ``<!-- reproduce: NAME -->`` and
+``<!-- /reproduce: NAME -->`` carries the provenance marker, the caption (commits, dates,
+machine, and the command that regenerates the table) and the table; :func:`update_page` writes
+it, and the docs tests check that every page's block is what its CSV renders.
 """
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
+from recsys_midx.reports.summary_plots import FRACTIONS
 from recsys_midx.reproduce.spec import TableSpec
 
 #: Confidence of the difference's interval.
 CONFIDENCE = 0.95
-#: Shares of the best validation value that the time table times.
-SHARES = (0.90, 0.95, 0.97)
 
 
 def difference_interval(runs: pd.Series, reference: pd.Series) -> tuple[float, float, float]:
@@ -130,7 +129,7 @@ def render_times(spec: TableSpec, curves: pd.DataFrame) -> str:
         | b | 1.0000 | 3.0 (1/1) | 6.0 (1/1) | 6.0 (1/1) |
     """
     best = float(curves["value"].max())
-    header = ["row", f"best {spec.validation}", *(f"minutes to {share:.0%}" for share in SHARES)]
+    header = ["row", f"best {spec.validation}", *(f"minutes to {share:.0%}" for share in FRACTIONS)]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for row in spec.rows:
         own = curves[curves["row"] == row.name]
@@ -138,7 +137,7 @@ def render_times(spec: TableSpec, curves: pd.DataFrame) -> str:
             continue
         runs = [run for _, run in own.groupby("seed", sort=True)]
         cells = [row.name, _mean_std(pd.Series([run["value"].max() for run in runs]))]
-        for share in SHARES:
+        for share in FRACTIONS:
             reached = [run.loc[run["value"] >= share * best, "minutes"].min() for run in runs]
             times = pd.Series([minutes for minutes in reached if not math.isnan(minutes)])
             mean = f"{times.mean():.1f}" if len(times) else "–"
