@@ -188,8 +188,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         module, datamodule=datamodule, ckpt_path="best" if best_checkpoint else None, verbose=False
     )[0]
 
-    monitor = cfg.task.monitor
-    best = EpochLog.best_row(epochs, monitor) or {}
+    best = EpochLog.best_row(epochs, cfg.task.monitor, cfg.task.get("monitor_mode", "max")) or {}
     results = {
         "config": OmegaConf.to_container(cfg, resolve=True),
         "dataset": datamodule.stats,

@@ -27,9 +27,11 @@ from recsys_midx.app.threads import processes_per_machine, sweep_jobs
 from recsys_midx.errors import ConfigError
 from recsys_midx.heads import DotHead, MoEHead
 from recsys_midx.lit.checkpointing import RESUME_AUTO
+from recsys_midx.lit.lm import LMModule
 from recsys_midx.lit.table_optimizers import TableNeeds, check_table_optimizer
 from recsys_midx.lit.xc import XCModule
 from recsys_midx.losses import CatalogSoftmax
+from recsys_midx.metrics.perplexity import PERPLEXITY_METRICS
 from recsys_midx.metrics.ranking import metric_names
 from recsys_midx.metrics.xc import xc_metric_names
 from recsys_midx.reports import run_names
@@ -65,12 +67,15 @@ def logged_validation_metrics(cfg: DictConfig) -> tuple[str, list[str]]:
 
     Returns:
         The cut-offs' key as the user writes it (``eval.ks`` for ``task=seqrec``, whose
-        ``task.module.ks`` points there; ``task.module.ks`` for ``task=xc``) and the names of
-        the logged validation metrics, e.g. ``["val/hr@10", "val/ndcg@10", ...]``.
+        ``task.module.ks`` points there; ``task.module.ks`` for ``task=xc``; empty for
+        ``task=lm``, which has none) and the names of the logged validation metrics, e.g.
+        ``["val/hr@10", "val/ndcg@10", ...]``.
 
     Raises:
         ConfigError: the cut-offs are not a non-empty list of positive integers.
     """
+    if issubclass(get_class(cfg.task.module._target_), LMModule):
+        return "", [f"val/{name}" for name in PERPLEXITY_METRICS]
     key = _source_key(cfg.task.module, "ks", "task.module.ks")
     ks = cfg.task.module.ks
     if (
@@ -90,6 +95,11 @@ def check_monitor(cfg: DictConfig) -> None:
     """``task.monitor`` (early stopping, checkpoint selection) is a metric the task logs."""
     key, logged = logged_validation_metrics(cfg)
     monitor = cfg.task.monitor
+    if monitor not in logged and not key:
+        raise ConfigError(
+            f"task.monitor={monitor} is not a metric the task logs: choose one of "
+            f"{', '.join(logged)}"
+        )
     if monitor not in logged:
         raise ConfigError(
             f"{key}={_show(cfg.task.module.ks)} does not produce task.monitor={monitor}; "
@@ -199,7 +209,7 @@ def check_negatives(cfg: DictConfig) -> None:
     setting = (
         "negatives.exclude_window=true" if strategy.scope != "sequence" else f"negatives={name}"
     )
-    if windows and issubclass(get_class(cfg.task.module._target_), XCModule):
+    if windows and issubclass(get_class(cfg.task.module._target_), (XCModule, LMModule)):
         raise ConfigError(f"{setting} reads each batch's training sequences: it needs task=seqrec")
     loss = get_class(cfg.loss._target_)
     if strategy.scope not in loss.scopes:
@@ -270,6 +280,27 @@ def check_cloze_samples(cfg: DictConfig) -> None:
         raise ConfigError(
             f"model={model.name} trains by cloze on whole windows: set "
             "task.datamodule.train_samples=last_window or windows (got prefixes)"
+        )
+
+
+def check_language_model(cfg: DictConfig) -> None:
+    """``task=lm`` reads its stream in order in one process, and a causal transformer reading
+    its stretches (``model=sasrec``) takes at least ``task.datamodule.bptt`` positions
+    (``model.max_len``)."""
+    if not issubclass(get_class(cfg.task.module._target_), LMModule):
+        return
+    trainer = cfg.get("trainer") or {}
+    if "ddp" in str(trainer.get("strategy", "")) and trainer.get("devices") != 1:
+        raise ConfigError(
+            f"task=lm with trainer.strategy={trainer.get('strategy')}: a language model reads "
+            "its stream in order in one process, set trainer.devices=1"
+        )
+    max_len = (cfg.get("model") or {}).get("max_len")
+    bptt = cfg.task.datamodule.bptt
+    if isinstance(max_len, int) and isinstance(bptt, int) and bptt > max_len:
+        raise ConfigError(
+            f"task.datamodule.bptt={bptt} is longer than model.max_len={max_len}, the positions "
+            "the model reads: lower the first or raise the second"
         )
 
 
@@ -381,7 +412,9 @@ def check_memory(cfg: DictConfig) -> None:
         return
     datamodule = cfg.task.datamodule
     queries = f"task.datamodule.batch_size={datamodule.batch_size}"
-    if estimate.positions > 1:
+    if estimate.positions > 1 and "bptt" in datamodule:
+        queries += f" x task.datamodule.bptt={estimate.positions} queries"
+    elif estimate.positions > 1:
         length = _source_key(datamodule, "max_len", "task.datamodule.max_len")
         queries += (
             f" x {length}={estimate.positions} queries "
@@ -426,6 +459,7 @@ CHECKS: tuple[Callable[[DictConfig], None], ...] = (
     check_sampler,
     check_negatives,
     check_cloze_samples,
+    check_language_model,
     check_table_optimizers,
     check_resume,
     check_not_multirun_ddp,

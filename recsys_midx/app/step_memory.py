@@ -41,6 +41,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig
 
 from recsys_midx.heads.mos import MoSHead
+from recsys_midx.lit.lm import LMModule
 from recsys_midx.lit.seqrec import SeqRecModule
 from recsys_midx.lit.xc import XCModule
 from recsys_midx.losses.softmax import CatalogSoftmax
@@ -95,7 +96,7 @@ def estimate_step_memory(cfg: DictConfig, device: torch.device | None = None) ->
     Returns:
         The estimate, or ``None`` where it does not apply: a loss other than the softmax
         objectives (EDRep gathers no negatives), negatives drawn per sequence (their scores are
-        a sequence's, not a query's), a task other than ``seqrec`` and ``xc``, or a
+        a sequence's, not a query's), a task other than ``seqrec``, ``xc`` and ``lm``, or a
         setting the other checks or the components refuse (an unknown ``train_samples``, no
         ``sampler.num_negatives``).
 
@@ -141,10 +142,13 @@ def estimate_step_memory(cfg: DictConfig, device: torch.device | None = None) ->
 
 
 def _query_positions(cfg: DictConfig) -> int | None:
-    """Queries per training sample: every position of a window, one per prefix or XC point."""
+    """Queries per training sample: every position of a window or of a language model's stretch,
+    one per prefix or XC point."""
     module = get_class(cfg.task.module._target_)
     if issubclass(module, XCModule):
         return 1
+    if issubclass(module, LMModule):
+        return int(cfg.task.datamodule.bptt)
     if not issubclass(module, SeqRecModule):
         return None
     samples = cfg.task.datamodule.get("train_samples", "windows")

@@ -125,8 +125,8 @@ class CorruptArchiveError(DataError):
         super().__init__(f"{self.archive} is not a readable {kind} archive ({reason})")
 
 
-class XCFormatError(DataError):
-    """A file does not follow the Extreme Classification Repository text format.
+class TextFormatError(DataError):
+    """A text file cannot be read as its format says (a line, or the file as a whole).
 
     Args:
         path: the file.
@@ -140,6 +140,10 @@ class XCFormatError(DataError):
         self.reason = reason
         where = f"{self.path}, line {line}" if line is not None else str(self.path)
         super().__init__(f"{where}: {reason}")
+
+
+class XCFormatError(TextFormatError):
+    """A file does not follow the Extreme Classification Repository text format."""
 
 
 class MissingColumnsError(DataError):

@@ -42,10 +42,16 @@ class EpochLog(Callback):
         self._loss_count = 0
 
     @staticmethod
-    def best_row(rows: list[dict[str, float]], monitor: str) -> dict[str, float] | None:
-        """The first row with the highest ``monitor`` value (how checkpointing picks the best)."""
+    def best_row(
+        rows: list[dict[str, float]], monitor: str, mode: str = "max"
+    ) -> dict[str, float] | None:
+        """The first row with the best ``monitor`` value, the highest (``mode="max"``) or the
+        lowest (``"min"``): how checkpointing picks the best."""
         scored = [row for row in rows if monitor in row]
-        return max(scored, key=lambda row: row[monitor]) if scored else None
+        if not scored:
+            return None
+        sign = -1.0 if mode == "min" else 1.0
+        return max(scored, key=lambda row: sign * row[monitor])
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_start = time.perf_counter()

@@ -1,6 +1,7 @@
-"""Evaluation metrics: full-catalog ranking of held-out targets (HR, NDCG, MRR) and extreme
-multi-label classification metrics (P@k, nDCG@k, PSP@k)."""
+"""Evaluation metrics: full-catalog ranking of held-out targets (HR, NDCG, MRR), extreme
+multi-label classification metrics (P@k, nDCG@k, PSP@k) and a language model's perplexity."""
 
+from recsys_midx.metrics.perplexity import PERPLEXITY_METRICS, Perplexity
 from recsys_midx.metrics.ranking import (
     RankingMetrics,
     metric_names,
@@ -16,6 +17,8 @@ from recsys_midx.metrics.xc import (
 )
 
 __all__ = [
+    "PERPLEXITY_METRICS",
+    "Perplexity",
     "RankingMetrics",
     "XCMetrics",
     "inverse_propensities",

@@ -1,4 +1,5 @@
-"""The encoder interface: a batch of item sequences in, one query vector per position out."""
+"""The encoders' interfaces: the item tables every encoder owns, and a batch of item sequences
+in, one query vector per position out."""
 
 from __future__ import annotations
 
@@ -11,39 +12,32 @@ from torch import Tensor, nn
 from recsys_midx.scoring import mark_sparse_rows
 
 
-class SequenceEncoder(nn.Module, abc.ABC):
-    """Base class of sequential encoders: an input item table and the table that scores items.
+class ItemTables(nn.Module):
+    """The item tables of an encoder: the rows that embed its input items and the rows that
+    score the candidate items.
 
     A table has ``N + 1`` rows; row ``0`` is padding (kept at zero by ``padding_idx``). By
-    default the same rows embed the input items and score the candidate items (SASRec's tied
-    table); ``separate_output_table=True`` gives the scoring its own table (gSASRec's setting).
-    The objective, the samplers and the evaluation read :attr:`item_table`, the scoring one.
+    default the same rows embed the input items and score the candidate items (a tied table);
+    ``separate_output_table=True`` gives the scoring its own table (gSASRec's setting, an untied
+    language model). The objective, the samplers and the evaluation read :attr:`item_table`, the
+    scoring one.
 
     Args:
-        num_items: ``N``, the number of real items.
+        num_items: ``N``, the number of real items (tokens of a vocabulary).
         dim: ``D``, the size of item embeddings and query vectors.
-        max_len: the longest input sequence the encoder accepts (older items are cut off by the
-            data module).
         separate_output_table: score items with a table of their own instead of the input one.
 
     Raises:
-        ValueError: if any size is not positive.
+        ValueError: if a size is not positive.
     """
 
-    #: Whether the encoder trains by the cloze objective (masked items, BERT4Rec) rather than by
-    #: next-item prediction at every position; the training step reads it.
-    masked_training: ClassVar[bool] = False
-
-    def __init__(
-        self, num_items: int, dim: int, max_len: int, separate_output_table: bool = False
-    ) -> None:
+    def __init__(self, num_items: int, dim: int, separate_output_table: bool = False) -> None:
         super().__init__()
-        for name, value in (("num_items", num_items), ("dim", dim), ("max_len", max_len)):
+        for name, value in (("num_items", num_items), ("dim", dim)):
             if value <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
         self.num_items = num_items
         self.dim = dim
-        self.max_len = max_len
         self.item_emb = nn.Embedding(num_items + 1, dim, padding_idx=0)
         self.output_emb = (
             nn.Embedding(num_items + 1, dim, padding_idx=0) if separate_output_table else None
@@ -72,6 +66,34 @@ class SequenceEncoder(nn.Module, abc.ABC):
             embedding.sparse = True
             mark_sparse_rows(embedding.weight)
         return [embedding.weight for embedding in embeddings]
+
+
+class SequenceEncoder(ItemTables, abc.ABC):
+    """Base class of sequential encoders: item tables (:class:`ItemTables`) and one query vector
+    per position of a left-padded sequence.
+
+    Args:
+        num_items: ``N``, the number of real items.
+        dim: ``D``, the size of item embeddings and query vectors.
+        max_len: the longest input sequence the encoder accepts (older items are cut off by the
+            data module).
+        separate_output_table: score items with a table of their own instead of the input one.
+
+    Raises:
+        ValueError: if any size is not positive.
+    """
+
+    #: Whether the encoder trains by the cloze objective (masked items, BERT4Rec) rather than by
+    #: next-item prediction at every position; the training step reads it.
+    masked_training: ClassVar[bool] = False
+
+    def __init__(
+        self, num_items: int, dim: int, max_len: int, separate_output_table: bool = False
+    ) -> None:
+        if max_len <= 0:
+            raise ValueError(f"max_len must be > 0, got {max_len}")
+        super().__init__(num_items, dim, separate_output_table)
+        self.max_len = max_len
 
     @abc.abstractmethod
     def forward(self, item_seq: Tensor) -> Tensor:

@@ -78,7 +78,8 @@ def log_probs(
         head: the model's output head.
         query: ``[Q, D]`` encoder outputs.
         item_emb: ``[N+1, D]`` item table, row 0 padding.
-        ids: ``[m]`` item ids in ``1..N``, the same for every context.
+        ids: item ids in ``1..N``: ``[m]``, the same for every context, or ``[Q, m]``, each
+            context's own (a language model's next token: ``[Q, 1]``).
         chunk_size: items scored at once for the normalisers.
 
     Returns:
@@ -94,7 +95,11 @@ def log_probs(
     queries, log_prior = head.queries(query)
     z = as_components(queries / head.temperature)
     lse = head_logsumexp(z, item_emb, head.transform, chunk_size)  # [Q, K]
-    items = item_emb[ids].to(device=z.device, dtype=lse.dtype)
-    scores = head.transform((z.to(lse.dtype) @ items.T).to(lse.dtype))  # [Q, K, m]
+    items = item_emb[ids].to(device=z.device, dtype=lse.dtype)  # [m, D] or [Q, m, D]
+    if ids.dim() == 1:
+        raw = z.to(lse.dtype) @ items.T
+    else:
+        raw = torch.einsum("qkd,qmd->qkm", z.to(lse.dtype), items)
+    scores = head.transform(raw.to(lse.dtype))  # [Q, K, m]
     log_p = (scores - lse[..., None]).transpose(1, 2)  # [Q, m, K]
     return mixture_log_prob(log_p, None if log_prior is None else log_prior[:, None])
