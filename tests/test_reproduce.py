@@ -17,7 +17,13 @@ import yaml
 from conftest import TINY_RUN
 
 from recsys_midx.reproduce.collect import read_curves, read_runs
-from recsys_midx.reproduce.render import block_names, page_block, render_block
+from recsys_midx.reproduce.render import (
+    block_names,
+    page_block,
+    render_block,
+    render_table,
+    render_times,
+)
 from recsys_midx.reproduce.spec import load_spec, parse_spec
 
 #: Two rows of two seeds on the tiny synthetic catalog; enough epochs that a kill lands mid-run.
@@ -177,3 +183,41 @@ def test_a_checked_commit_in_the_spec_goes_into_the_tables_marker() -> None:
     for checked, shown in ((None, ""), ("bb4529b", "; checked: bb4529b")):
         spec = parse_spec("tiny", {**SPEC, **({"checked": checked} if checked else {})})
         assert render_block(spec, frame, "cmd").splitlines()[1] == marker.format(shown)
+
+
+def test_perplexity_tables_read_lower_as_better() -> None:
+    spec = parse_spec(
+        "lm",
+        {
+            **SPEC,
+            "metrics": ["test/ppl"],
+            "validation": "val/ppl",
+            "rows": [
+                {"name": "midx", "overrides": ["sampler=midx"]},
+                {"name": "exact softmax", "overrides": ["sampler=full"], "reference": True},
+            ],
+        },
+    )
+    runs = pd.DataFrame(
+        {
+            "row": ["midx"] * 2 + ["exact softmax"] * 2,
+            "test/ppl": [110.0, 111.0, 120.0, 121.0],
+            "minutes": 1.0,
+            "epochs": 3,
+            "stopped_by": "max_time",
+        }
+    )
+    assert "-10.0000 [" in render_table(spec, runs) and "] better |" in render_table(spec, runs)
+    curves = pd.DataFrame(
+        {
+            "row": ["midx"] * 3 + ["exact softmax"] * 2,
+            "seed": 0,
+            "minutes": [1.0, 2.0, 3.0, 1.0, 4.0],
+            "value": [150.0, 105.0, 100.0, 200.0, 110.0],
+        }
+    )
+    # Best 100: 90% is reached at 111.1 or less, 95% at 105.3, 97% at 103.1.
+    assert render_times(spec, curves).splitlines()[2:] == [
+        "| midx | 100.0000 | 2.0 (1/1) | 2.0 (1/1) | 3.0 (1/1) |",
+        "| exact softmax | 110.0000 | 4.0 (1/1) | – (0/1) | – (0/1) |",
+    ]

@@ -11,6 +11,7 @@ from matplotlib import rcParams
 from matplotlib.figure import Figure
 
 from recsys_midx.reports.summary_plots import FRACTIONS
+from recsys_midx.reproduce.render import lower_is_better, threshold
 from recsys_midx.reproduce.spec import TableSpec
 
 
@@ -40,14 +41,18 @@ def plot_curves(spec: TableSpec, curves: pd.DataFrame, path: Path) -> Path:
                 linewidth=1,
                 label=row.name if number == 0 else None,
             )
-    best = float(curves["value"].max())
+    lower = lower_is_better(str(spec.validation))
+    best = float(curves["value"].min() if lower else curves["value"].max())
     for share in FRACTIONS:
-        ax.axhline(share * best, color="grey", linewidth=0.7, linestyle=":")
-    ax.set_ylim(bottom=min(0.8 * best, float(curves["value"].quantile(0.05))))
+        ax.axhline(threshold(best, share, lower), color="grey", linewidth=0.7, linestyle=":")
+    if lower:
+        ax.set_ylim(top=max(1.25 * best, float(curves["value"].quantile(0.95))))
+    else:
+        ax.set_ylim(bottom=min(0.8 * best, float(curves["value"].quantile(0.05))))
     ax.set_xlabel("minutes (training and validation)")
     ax.set_ylabel(str(spec.validation))
     ax.set_title(spec.title, fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper right" if lower else "lower right")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

@@ -6,7 +6,8 @@ for the first metric, the difference to the reference row with its 95% interval 
 that the wall-time cap stopped are counted and marked. With the runs' validation curves (a spec
 with ``validation``), a second table gives each row's minutes to 90, 95 and 97% of the best
 validation value any run reached (the figure of the curves, drawn beside the spec, is linked by the
-page). The block a page holds between ``<!-- reproduce: NAME -->`` and
+page). For perplexity lower is better: the verdicts turn round, and a share is reached at most
+``1 / share`` times the best value. The block a page holds between ``<!-- reproduce: NAME -->`` and
 ``<!-- /reproduce: NAME -->`` carries the provenance marker, the caption (commits, dates,
 machine, and the command that regenerates the table) and the table; :func:`update_page` writes
 it, and the docs tests check that every page's block is what its CSV renders.
@@ -21,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
+from recsys_midx.metrics.perplexity import PERPLEXITY_METRICS
 from recsys_midx.reports.summary_plots import FRACTIONS
 from recsys_midx.reproduce.spec import TableSpec
 
@@ -51,12 +53,39 @@ def difference_interval(runs: pd.Series, reference: pd.Series) -> tuple[float, f
     return difference, difference - half, difference + half
 
 
-def verdict(low: float, high: float) -> str:
+def verdict(low: float, high: float, lower_is_better: bool = False) -> str:
     """``better`` or ``worse`` where the interval leaves out zero, ``level`` where it holds it,
-    and nothing without an interval."""
+    and nothing without an interval; a positive difference is better unless
+    ``lower_is_better`` (perplexity).
+
+    Example:
+        >>> verdict(0.5, 1.5), verdict(0.5, 1.5, lower_is_better=True), verdict(-1.0, 1.0)
+        ('better', 'worse', 'level')
+    """
     if math.isnan(low):
         return ""
-    return "better" if low > 0 else "worse" if high < 0 else "level"
+    if low > 0:
+        return "worse" if lower_is_better else "better"
+    if high < 0:
+        return "better" if lower_is_better else "worse"
+    return "level"
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether a smaller value of ``metric`` (``test/ppl``, ``val/nll``, ...) is the better one."""
+    return metric.rsplit("/", 1)[-1] in PERPLEXITY_METRICS
+
+
+def threshold(best: float, share: float, lower: bool) -> float:
+    """The value that comes within ``share`` of ``best``: ``share * best``, or ``best / share``
+    for a metric where lower is better."""
+    return best / share if lower else share * best
+
+
+def reached(values: pd.Series, best: float, share: float, lower: bool) -> pd.Series:
+    """Where ``values`` come within ``share`` of ``best`` (:func:`threshold`)."""
+    bound = threshold(best, share, lower)
+    return values <= bound if lower else values >= bound
 
 
 def render_table(spec: TableSpec, runs: pd.DataFrame) -> str:
@@ -104,7 +133,8 @@ def render_table(spec: TableSpec, runs: pd.DataFrame) -> str:
         else:
             mean, low, high = difference_interval(own[first].astype(float), reference)
             interval = "" if math.isnan(low) else f" [{low:+.4f}, {high:+.4f}]"
-            cells.append(f"{mean:+.4f}{interval} {verdict(low, high)}".rstrip())
+            judged = verdict(low, high, lower_is_better(first))
+            cells.append(f"{mean:+.4f}{interval} {judged}".rstrip())
         cells += [f"{own['minutes'].mean():.1f}", f"{own['epochs'].mean():.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -128,7 +158,8 @@ def render_times(spec: TableSpec, curves: pd.DataFrame) -> str:
         | a | 0.9600 | 2.0 (1/1) | 2.0 (1/1) | – (0/1) |
         | b | 1.0000 | 3.0 (1/1) | 6.0 (1/1) | 6.0 (1/1) |
     """
-    best = float(curves["value"].max())
+    lower = lower_is_better(str(spec.validation))
+    best = float(curves["value"].min() if lower else curves["value"].max())
     header = ["row", f"best {spec.validation}", *(f"minutes to {share:.0%}" for share in FRACTIONS)]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for row in spec.rows:
@@ -136,10 +167,13 @@ def render_times(spec: TableSpec, curves: pd.DataFrame) -> str:
         if own.empty:
             continue
         runs = [run for _, run in own.groupby("seed", sort=True)]
-        cells = [row.name, _mean_std(pd.Series([run["value"].max() for run in runs]))]
+        bests = [run["value"].min() if lower else run["value"].max() for run in runs]
+        cells = [row.name, _mean_std(pd.Series(bests))]
         for share in FRACTIONS:
-            reached = [run.loc[run["value"] >= share * best, "minutes"].min() for run in runs]
-            times = pd.Series([minutes for minutes in reached if not math.isnan(minutes)])
+            first = [
+                run.loc[reached(run["value"], best, share, lower), "minutes"].min() for run in runs
+            ]
+            times = pd.Series([minutes for minutes in first if not math.isnan(minutes)])
             mean = f"{times.mean():.1f}" if len(times) else "–"
             cells.append(f"{mean} ({len(times)}/{len(runs)})")
         lines.append("| " + " | ".join(cells) + " |")
