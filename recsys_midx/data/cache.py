@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +39,24 @@ SETTINGS_FILE = "settings.json"
 
 T = TypeVar("T")
 Built = TypeVar("Built")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def checked_name(name: str) -> str:
+    """``name``, once it is known to be a plain file name (letters, digits, ``.``, ``_``, ``-``):
+    a dataset's name labels its processed folder.
+
+    Raises:
+        ValueError: it is not.
+
+    Example:
+        >>> checked_name("ml-1m")
+        'ml-1m'
+    """
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"dataset name {name!r} must consist of letters, digits, '.', '_' and '-'")
+    return name
 
 
 def cache_key(settings: Mapping[str, Any]) -> str:
@@ -168,3 +187,33 @@ def checked_contents(
     """
     settings = checked_settings(directory, files, schema_version)
     return settings, json.loads((directory / STATS_FILE).read_text())
+
+
+def cached_source(
+    data_dir: str | Path,
+    name: str,
+    schema_version: int,
+    fingerprint: Mapping[str, Any],
+    build: Callable[[], Built],
+    write_files: Callable[[Path, Built], None],
+    load: Callable[[Path], T],
+) -> T:
+    """Load a source's processed folder under ``data_dir``, building it first if needed: the
+    folder's settings are the source's ``name``, the ``schema_version`` of the code that reads
+    it and the source's ``fingerprint`` (:func:`cached` does the rest).
+
+    Args:
+        data_dir: the data root.
+        name: the dataset's name.
+        schema_version: the version of the processed files the reading code understands.
+        fingerprint: everything that determines the content (JSON-compatible).
+        build: produces the dataset.
+        write_files: writes what ``build`` returned into a folder.
+        load: reads a complete folder.
+
+    Returns:
+        What ``load`` returns.
+    """
+    settings = {"name": name, "schema_version": schema_version, "fingerprint": dict(fingerprint)}
+    directory = processed_directory(data_dir, settings)
+    return cached(directory, settings, build, write_files, load)

@@ -20,7 +20,6 @@ its content and how to produce its vocabulary and its three token streams;
 from __future__ import annotations
 
 import abc
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,9 +33,9 @@ import pyarrow.parquet as pq
 from recsys_midx.data.cache import (
     SETTINGS_FILE,
     STATS_FILE,
-    cached,
+    cached_source,
     checked_contents,
-    processed_directory,
+    checked_name,
     write_json,
 )
 from recsys_midx.data.download import file_md5
@@ -48,7 +47,6 @@ SCHEMA_VERSION = 1
 #: The three streams of a corpus, in the order they are used.
 SPLITS = ("train", "valid", "test")
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _VOCABULARY_FILE = "vocabulary.parquet"
 _FILES = (*(f"{split}.parquet" for split in SPLITS), _VOCABULARY_FILE, STATS_FILE, SETTINGS_FILE)
 
@@ -102,11 +100,7 @@ class CorpusSource(abc.ABC):
     """
 
     def __init__(self, name: str) -> None:
-        if not _NAME.fullmatch(name):
-            raise ValueError(
-                f"dataset name {name!r} must consist of letters, digits, '.', '_' and '-'"
-            )
-        self.name = name
+        self.name = checked_name(name)
 
     @abc.abstractmethod
     def fingerprint(self, data_dir: Path) -> dict[str, Any]:
@@ -149,14 +143,11 @@ class CorpusSource(abc.ABC):
             1000
         """
         data_dir = Path(data_dir).expanduser()
-        settings = {
-            "name": self.name,
-            "schema_version": SCHEMA_VERSION,
-            "fingerprint": self.fingerprint(data_dir),
-        }
-        return cached(
-            processed_directory(data_dir, settings),
-            settings,
+        return cached_source(
+            data_dir,
+            self.name,
+            SCHEMA_VERSION,
+            self.fingerprint(data_dir),
             lambda: self.build(data_dir),
             _write_corpus,
             load_corpus,

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pandas as pd
 
+from recsys_midx.data.cache import checked_name
 from recsys_midx.data.pipeline import PreparedDataset, prepare_dataset
 from recsys_midx.data.preprocess import PreprocessSettings
-
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class Source(abc.ABC):
@@ -40,11 +38,7 @@ class Source(abc.ABC):
     def __init__(
         self, name: str, preprocess: Mapping[str, Any] | PreprocessSettings | None = None
     ) -> None:
-        if not _NAME.fullmatch(name):
-            raise ValueError(
-                f"dataset name {name!r} must consist of letters, digits, '.', '_' and '-'"
-            )
-        self.name = name
+        self.name = checked_name(name)
         self.preprocess = self._settings(preprocess)
 
     def _settings(

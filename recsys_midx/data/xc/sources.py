@@ -20,7 +20,6 @@ the training points for validation.
 from __future__ import annotations
 
 import abc
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +30,9 @@ import numpy as np
 from recsys_midx.data.cache import (
     SETTINGS_FILE,
     STATS_FILE,
-    cached,
+    cached_source,
     checked_contents,
-    processed_directory,
+    checked_name,
     write_json,
 )
 from recsys_midx.data.errors import MissingFilesError, XCFormatError
@@ -46,7 +45,6 @@ SCHEMA_VERSION = 1
 
 REPOSITORY_URL = "http://manikvarma.org/downloads/XC/XMLRepository.html"
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SPLITS = ("train", "test")
 _FILES = (*(f"{split}.parquet" for split in _SPLITS), STATS_FILE, SETTINGS_FILE)
 
@@ -136,15 +134,11 @@ class XCSource(abc.ABC):
     """
 
     def __init__(self, name: str, propensity_a: float = 0.55, propensity_b: float = 1.5) -> None:
-        if not _NAME.fullmatch(name):
-            raise ValueError(
-                f"dataset name {name!r} must consist of letters, digits, '.', '_' and '-'"
-            )
+        self.name = checked_name(name)
         if propensity_a < 0 or propensity_b < 0:
             raise ValueError(
                 f"propensity constants must be >= 0, got A={propensity_a}, B={propensity_b}"
             )
-        self.name = name
         self.propensity_a = float(propensity_a)
         self.propensity_b = float(propensity_b)
 
@@ -191,20 +185,17 @@ class XCSource(abc.ABC):
             'xc-synthetic'
         """
         data_dir = Path(data_dir).expanduser()
-        settings = {
-            "name": self.name,
-            "schema_version": SCHEMA_VERSION,
-            "fingerprint": self.fingerprint(data_dir),
-        }
 
         def write_files(directory: Path, points: tuple[XCData, XCData]) -> None:
             for split, data in zip(_SPLITS, points):
                 write_parquet(directory / f"{split}.parquet", data)
             write_json(directory / STATS_FILE, dataset_stats(*points), sort_keys=True)
 
-        return cached(
-            processed_directory(data_dir, settings),
-            settings,
+        return cached_source(
+            data_dir,
+            self.name,
+            SCHEMA_VERSION,
+            self.fingerprint(data_dir),
             lambda: self.build(data_dir),
             write_files,
             load_xc_dataset,
