@@ -3,9 +3,12 @@ across batches, and perplexity from the exact softmax."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from recsys_midx.heads import Head
 from recsys_midx.lit.base import CatalogModule, OptimizerFactory
@@ -13,6 +16,9 @@ from recsys_midx.metrics import Perplexity
 from recsys_midx.models import LSTMLanguageModel, SequenceEncoder
 from recsys_midx.protocols import NegativeSampler, NegativesStrategy, Objective
 from recsys_midx.scoring import log_probs
+
+#: Builds the learning-rate schedule from the optimiser (a partial ``ReduceLROnPlateau``).
+SchedulerFactory = Callable[[Optimizer], ReduceLROnPlateau]
 
 
 class LMModule(CatalogModule):
@@ -66,7 +72,7 @@ class LMModule(CatalogModule):
         sampler: NegativeSampler | None,
         loss: Objective,
         optimizer: OptimizerFactory,
-        lr_scheduler: Any = None,
+        lr_scheduler: SchedulerFactory | None = None,
         eval_chunk_size: int = 65536,
         table_optimizer: str | None = None,
         table_lr: float | None = None,
