@@ -133,16 +133,6 @@ CODE_GROUPS: dict[str, tuple[str, ...]] = {
         "recsys_midx/conf/model/xc_mlp.yaml",
         "recsys_midx/conf/dataset/xc-synthetic.yaml",
     ),
-    # Language modelling: the LSTM, its module, corpus data, perplexity and the PTB preset.
-    "@lm": (
-        "recsys_midx/models/lstm_lm.py",
-        "recsys_midx/lit/lm.py",
-        "recsys_midx/data/lm",
-        "recsys_midx/metrics/perplexity.py",
-        "recsys_midx/conf/task/lm.yaml",
-        "recsys_midx/conf/model/lstm_lm.yaml",
-        "recsys_midx/conf/dataset/ptb.yaml",
-    ),
     # Datasets and protocols.
     "@ml-100k": (
         "recsys_midx/data/sources/movielens.py",
