@@ -6,12 +6,20 @@ the same way: ``dataset=ptb``, ``dataset=wikitext-2``); :class:`SyntheticCorpus`
 (``task=lm``'s offline default); :class:`LMDataModule` serves them.
 """
 
-from recsys_midx.data.lm.corpus import SPLITS, Corpus, CorpusSource, TextCorpus, load_corpus
+from recsys_midx.data.lm.corpus import (
+    SPLITS,
+    BuiltCorpus,
+    Corpus,
+    CorpusSource,
+    TextCorpus,
+    load_corpus,
+)
 from recsys_midx.data.lm.datamodule import LMDataModule, StreamStretches, batchify
 from recsys_midx.data.lm.synthetic import SyntheticCorpus
 
 __all__ = [
     "SPLITS",
+    "BuiltCorpus",
     "Corpus",
     "CorpusSource",
     "LMDataModule",
