@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -82,7 +82,8 @@ class CatalogModule(L.LightningModule, abc.ABC):
     Raises:
         TypeError: if ``loss`` does not accept ``head`` (e.g. ``head=mos`` with ``loss=edrep``).
         ValueError: if ``loss`` does not score the strategy's negatives, the strategy draws from
-            a sampler and none is given, or ``table_optimizer`` is unknown.
+            a sampler and none is given, reads training sequences the module's batches do not
+            hold (:attr:`reads_windows`), or ``table_optimizer`` is unknown.
         ConfigError: if ``table_optimizer`` is set for the exact softmax (which reads every
             row); when fitting starts, with gradient clipping, weight decay or NCCL across
             processes, none of which a sparse update can serve (one line from
@@ -100,6 +101,10 @@ class CatalogModule(L.LightningModule, abc.ABC):
         ...                                     log_weights=log_weights))
     """
 
+    #: Whether its training batches hold sequences (windows) a negatives strategy may read:
+    #: draws per sequence, ``exclude_window``. Only sequential recommendation's do.
+    reads_windows: ClassVar[bool] = False
+
     def __init__(
         self,
         encoder: nn.Module,
@@ -115,6 +120,11 @@ class CatalogModule(L.LightningModule, abc.ABC):
     ) -> None:
         if negatives is None:
             negatives = NoNegatives() if sampler is None else PerQuery()
+        if negatives.needs_windows and not self.reads_windows:
+            raise ValueError(
+                f"negatives={negatives.name} reads each batch's training sequences: it needs "
+                "task=seqrec"
+            )
         if table_optimizer is not None and table_optimizer not in TABLE_OPTIMIZERS:
             raise ValueError(
                 f"task.module.table_optimizer={table_optimizer}: choose null or "

@@ -79,12 +79,6 @@ class LMModule(CatalogModule):
         *,
         negatives: NegativesStrategy | None = None,
     ) -> None:
-        # A stream's context is the model's state, not a window of items to draw in or leave out.
-        if negatives is not None and negatives.needs_windows:
-            raise ValueError(
-                f"negatives={negatives.name} reads each batch's training sequences: it needs "
-                "task=seqrec"
-            )
         super().__init__(
             encoder,
             head,

@@ -56,6 +56,8 @@ class SeqRecModule(CatalogModule):
         ```
     """
 
+    reads_windows = True
+
     def __init__(
         self,
         encoder: SequenceEncoder,

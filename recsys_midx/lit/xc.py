@@ -81,12 +81,6 @@ class XCModule(CatalogModule):
                 f"XCModule needs a MultiLabelSoftmaxLoss (loss=multilabel_softmax) or an "
                 f"EDRepLoss (loss=edrep), got {type(loss).__name__}"
             )
-        # A point's labels are not a sequence: no window to draw in or leave out.
-        if negatives is not None and negatives.needs_windows:
-            raise ValueError(
-                f"negatives={negatives.name} reads each batch's training sequences: it needs "
-                "task=seqrec"
-            )
         super().__init__(
             encoder,
             head,
