@@ -24,6 +24,7 @@ from recsys_midx.reproduce.render import (
     render_table,
     render_times,
 )
+from recsys_midx.reproduce.runs import PlannedRun, execute, plan, status
 from recsys_midx.reproduce.spec import load_spec, parse_spec
 
 #: Two rows of two seeds on the tiny synthetic catalog; enough epochs that a kill lands mid-run.
@@ -221,3 +222,28 @@ def test_perplexity_tables_read_lower_as_better() -> None:
         "| midx | 100.0000 | 2.0 (1/1) | 2.0 (1/1) | 3.0 (1/1) |",
         "| exact softmax | 110.0000 | 4.0 (1/1) | – (0/1) | – (0/1) |",
     ]
+
+
+def test_a_run_finished_under_another_config_trains_again_from_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = parse_spec("tiny", SPEC)
+    run = plan(spec, tmp_path / "out", tmp_path)[0]
+    (run.folder / "checkpoints").mkdir(parents=True)
+    (run.folder / "checkpoints" / "last.ckpt").write_bytes(b"a finished run's last epoch")
+    (run.folder / "results.json").write_text(json.dumps({"config": {"an": "older config"}}))
+    assert status(run) == "stale"
+
+    # The run's process: whatever it finds in its folder is what resume=auto would read.
+    found = tmp_path / "found.txt"
+    script = (
+        f"import os; open({str(found)!r}, 'w').write(str(sorted(os.listdir({str(run.folder)!r}))))"
+    )
+    monkeypatch.setattr(PlannedRun, "command", lambda self: [sys.executable, "-c", script])
+    lines: list[str] = []
+
+    assert execute([run], "cpu", report=lines.append) == []
+    aside = run.folder.with_name("seed-0.stale")
+    assert (aside / "checkpoints" / "last.ckpt").is_file()  # kept, not resumed from
+    assert found.read_text() == str(["console.log", "environment.json"])
+    assert lines[0] == f"uniform/seed-0: stale, trained again from scratch (the old run: {aside})"

@@ -1,7 +1,8 @@
 """The ``recsys-midx-reproduce`` command: run a published table's spec and render the table.
 
 It trains the spec's runs that are missing (a run killed part way continues from its last
-checkpoint; a run whose ``results.json`` holds today's config is skipped), collects every run
+checkpoint; a run whose ``results.json`` holds today's config is skipped, one whose
+``results.json`` holds another is set aside and trained again from scratch), collects every run
 into the CSV beside the spec, and renders the table from that CSV into each page that shows it
 (:mod:`recsys_midx.reproduce`). A spec that is malformed, or a run the pre-flight would refuse,
 stops it with one ``error: ...`` line before anything runs.

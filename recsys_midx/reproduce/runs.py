@@ -3,7 +3,10 @@
 Each run is one ``recsys-midx-train`` process in a folder of its own,
 ``OUT/TABLE/ROW/seed-S``, always started with ``resume=auto``: a run killed part way continues
 from its last checkpoint. A run is complete when its folder holds a ``results.json`` whose
-resolved config is the one the spec composes today; it is then skipped. Before it starts, a run
+resolved config is the one the spec composes today; it is then skipped. One whose
+``results.json`` records another config is stale: it finished under settings that have changed
+since, so its folder is set aside (``seed-S.stale``) and it trains again from scratch, never
+from that run's checkpoint. Before it starts, a run
 records where it runs (``environment.json``: commit, machine, device, torch, and how many runs
 shared the machine), which the table's caption reports.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -28,9 +32,11 @@ from omegaconf import OmegaConf
 
 from recsys_midx.reproduce.spec import Row, TableSpec
 
-#: A run's state: ``complete`` (skipped), ``resumable`` (a checkpoint to continue from) or
-#: ``missing``.
-Status = Literal["complete", "resumable", "missing"]
+#: A run's state: ``complete`` (skipped), ``stale`` (finished under another config: set aside and
+#: trained again), ``resumable`` (a checkpoint to continue from) or ``missing``.
+Status = Literal["complete", "stale", "resumable", "missing"]
+#: What a stale run's folder is renamed to end with.
+STALE_SUFFIX = ".stale"
 #: What a run records beside its results.
 ENVIRONMENT_FILE = "environment.json"
 RESULTS_FILE = "results.json"
@@ -120,13 +126,12 @@ def resolved_config(run: PlannedRun) -> dict[str, Any]:
 
 
 def status(run: PlannedRun) -> Status:
-    """Whether ``run`` is complete (a ``results.json`` of today's config), resumable (a last
-    checkpoint in its folder) or missing."""
+    """Whether ``run`` is complete (a ``results.json`` of today's config), stale (a
+    ``results.json`` of another), resumable (a last checkpoint in its folder) or missing."""
     results = run.folder / RESULTS_FILE
     if results.is_file():
         recorded = json.loads(results.read_text()).get("config")
-        if recorded == resolved_config(run):
-            return "complete"
+        return "complete" if recorded == resolved_config(run) else "stale"
     if (run.folder / "checkpoints" / "last.ckpt").is_file():
         return "resumable"
     return "missing"
@@ -144,13 +149,19 @@ def execute(
     run starts and ends.
 
     Args:
-        runs: the runs to train (complete ones should be left out).
+        runs: the runs to train (complete ones should be left out; a stale one's folder is set
+            aside first).
         device: the spec's device, recorded in ``environment.json``.
         jobs: how many run at once.
         report: where progress lines go.
     """
 
     def train(run: PlannedRun) -> PlannedRun | None:
+        if (run.folder / RESULTS_FILE).is_file():  # stale: resuming would train on past its end
+            aside = run.folder.with_name(run.folder.name + STALE_SUFFIX)
+            shutil.rmtree(aside, ignore_errors=True)
+            run.folder.rename(aside)
+            report(f"{run.label}: stale, trained again from scratch (the old run: {aside})")
         run.folder.mkdir(parents=True, exist_ok=True)
         where = {**environment(device), "jobs": jobs}
         (run.folder / ENVIRONMENT_FILE).write_text(json.dumps(where, indent=2))
