@@ -465,3 +465,47 @@ def test_extreme_classification_runs_are_summarised_by_the_metric_their_task_mon
     table = time_to_quality(epoch_rows(runs)).set_index("label")
     assert table.loc["uniform (M=32)", "best share"] == pytest.approx(0.61 / 0.81)
     assert table.loc["full", "s to 0.97"] == pytest.approx(3.0)
+
+
+def test_language_model_runs_are_timed_to_shares_of_the_lowest_perplexity(tmp_path: Path) -> None:
+    from recsys_midx.app.summarize import load_runs
+    from recsys_midx.reports.summary_plots import epoch_rows, exact_best, plot_all, with_labels
+
+    # Perplexity per epoch: the exact softmax's best is 100; 95% of it is reached at 100 / 0.95.
+    curves = {"full": [150.0, 104.0, 100.0], "uniform": [120.0, 105.0, 103.0]}
+    for sampler, ppl in curves.items():
+        folder = tmp_path / sampler
+        folder.mkdir()
+        results = {
+            "config": {
+                "dataset": {"name": "ptb"},
+                "seed": 0,
+                "task": {"monitor": "val/ppl", "monitor_mode": "min"},
+                "model": {"_target_": "recsys_midx.models.LSTMLanguageModel"},
+                "sampler": SAMPLER_TARGETS[sampler],
+            },
+            "metrics": {"test/ppl": min(ppl) - 2, "val/ppl": min(ppl)},
+            "epochs_run": 3,
+            "best_epoch": 2,
+            "seconds_per_epoch": 1.0,
+            "train_wall_seconds": 3.0,
+        }
+        (folder / "results.json").write_text(json.dumps(results))
+        pd.DataFrame(
+            {"epoch": [0.0, 1.0, 2.0], "train_seconds": 1.0, "val_seconds": 0.0, "val/ppl": ppl}
+        ).to_csv(folder / "epochs.csv", index=False)
+
+    runs = with_labels(load_runs([tmp_path]))
+    epochs = epoch_rows(runs)
+    assert exact_best(epochs) == pytest.approx(100.0)
+    table = time_to_quality(epochs).set_index("label")
+    assert table.loc["uniform (M=32)", "best share"] == pytest.approx(100.0 / 103.0)
+    assert table.loc["uniform (M=32)", "s to 0.95"] == pytest.approx(2.0)  # 105 <= 100 / 0.95
+    assert table.loc["uniform (M=32)", "s to 0.97"] == pytest.approx(3.0)  # 103 <= 100 / 0.97
+    assert table.loc["full", "s to 0.97"] == pytest.approx(3.0)  # 104 is not, 100 is
+    (tmp_path / "plots").mkdir()
+    assert set(plot_all(runs, epochs, tmp_path / "plots")) == {
+        "test_quality",
+        "val_quality_vs_time",
+        "epoch_time",
+    }

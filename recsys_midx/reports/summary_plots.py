@@ -34,6 +34,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from recsys_midx.reports.shares import best_of, lower_is_better, threshold
+
 PANEL = ["dataset", "model"]
 #: A panel's width and height in inches, from its rows.
 Size = Callable[[pd.DataFrame], tuple[float, float]]
@@ -113,12 +115,13 @@ def exact_best(
 ) -> float | None:
     """The exact softmax's best validation metric in one panel's epoch rows.
 
-    The highest, over the groups of runs (``label``) of ``reference_sampler``, of the mean over
-    the group's runs (``path``) of each run's best epoch.
+    The best, over the groups of runs (``label``) of ``reference_sampler``, of the mean over
+    the group's runs (``path``) of each run's best epoch; the smallest where the panel monitors
+    a metric for which lower is better (perplexity, :func:`panel_lower`), else the largest.
 
     Args:
         panel: per-epoch rows of one (dataset, model), as :func:`epoch_rows` gives them.
-        metric: the column of the validation metric (higher is better).
+        metric: the column of the validation metric.
         reference_sampler: the sampler whose best is the reference.
 
     Returns:
@@ -132,7 +135,16 @@ def exact_best(
     exact = panel[panel["sampler"] == reference_sampler]
     if exact.empty:
         return None
-    return float(exact.groupby(["label", "path"])[metric].max().groupby("label").mean().max())
+    lower = panel_lower(panel)
+    per_run = exact.groupby(["label", "path"])[metric]
+    return best_of((per_run.min() if lower else per_run.max()).groupby("label").mean(), lower)
+
+
+def panel_lower(panel: pd.DataFrame) -> bool:
+    """Whether the panel's runs monitor a metric for which lower is better (``monitor``
+    column; a panel without it monitors a ranking metric)."""
+    monitors = panel["monitor"].unique() if "monitor" in panel else []
+    return any(lower_is_better(str(monitor)) for monitor in monitors)
 
 
 def epoch_rows(runs: pd.DataFrame) -> pd.DataFrame:
@@ -259,11 +271,13 @@ def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
         seen.add(label)
     reference = exact_best(epochs)
     if reference is not None:
+        lower = panel_lower(epochs)
         for fraction in FRACTIONS:
-            ax.axhline(fraction * reference, color="grey", linewidth=0.8, linestyle=":")
+            bound = threshold(reference, fraction, lower)
+            ax.axhline(bound, color="grey", linewidth=0.8, linestyle=":")
             ax.annotate(
                 f"{fraction:.0%} of exact",
-                (1.0, fraction * reference),
+                (1.0, bound),
                 xycoords=("axes fraction", "data"),
                 xytext=(-4, 2),
                 textcoords="offset points",
@@ -273,7 +287,10 @@ def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
             )
         # The race to the shares above is what the plot is for: the first epochs of every run,
         # and runs that never come near, would squeeze it into the top of the axes.
-        ax.set_ylim(bottom=BELOW_EXACT * reference)
+        if lower:
+            ax.set_ylim(top=threshold(reference, BELOW_EXACT, lower))
+        else:
+            ax.set_ylim(bottom=BELOW_EXACT * reference)
     # Samplers' epochs differ by two orders of magnitude; a linear axis hides the fast ones.
     ax.set_xscale("log")
     ax.set_xlabel("wall-clock seconds (training + validation, cumulative; log scale)")

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from recsys_midx.reports.summary_plots import FRACTIONS, PANEL, exact_best
+from recsys_midx.reports.shares import best_of, reached, share_of
+from recsys_midx.reports.summary_plots import FRACTIONS, PANEL, exact_best, panel_lower
 
 
 def time_to_quality(
@@ -37,8 +38,9 @@ def time_to_quality(
             :func:`~recsys_midx.reports.summary_plots.epoch_rows` gives them (columns
             ``dataset``, ``model``, ``sampler``, ``label``, ``path``, ``elapsed``, ``metric``).
         fractions: shares of the reference to time.
-        metric: the column of the validation metric (higher is better); ``quality`` is the
-            one each run's task monitors.
+        metric: the column of the validation metric; ``quality`` is the one each run's task
+            monitors. Where that is perplexity (lower is better), a share ``f`` is reached at
+            ``best / f`` and the best share is the reference over the group's best.
         reference_sampler: the sampler whose best is the reference.
 
     Returns:
@@ -63,20 +65,23 @@ def time_to_quality(
         reference = exact_best(panel, metric, reference_sampler)
         if reference is None:
             continue
+        lower = panel_lower(panel)
         for label, group in panel.groupby("label", sort=True):
             row: dict[str, object] = {"dataset": dataset, "model": model, "label": label}
             runs = [run.sort_values("elapsed") for _, run in group.groupby("path")]
             row["runs"] = len(runs)
-            row["best share"] = sum(run[metric].max() for run in runs) / len(runs) / reference
+            mean_best = sum(best_of(run[metric], lower) for run in runs) / len(runs)
+            row["best share"] = share_of(mean_best, reference, lower)
             # ``elapsed`` is cumulative, so its last value over the epoch count is the mean epoch.
             row["s per epoch"] = sum(run["elapsed"].iloc[-1] for run in runs) / sum(map(len, runs))
             for fraction in fractions:
                 firsts = [
-                    run.loc[run[metric] >= fraction * reference, "elapsed"].min() for run in runs
+                    run.loc[reached(run[metric], reference, fraction, lower), "elapsed"].min()
+                    for run in runs
                 ]
-                reached = [seconds for seconds in firsts if not pd.isna(seconds)]
-                row[f"s to {fraction:g}"] = sum(reached) / len(reached) if reached else float("nan")
-                row[f"reached {fraction:g}"] = len(reached)
+                times = [seconds for seconds in firsts if not pd.isna(seconds)]
+                row[f"s to {fraction:g}"] = sum(times) / len(times) if times else float("nan")
+                row[f"reached {fraction:g}"] = len(times)
             rows.append(row)
     return _frontier_first(pd.DataFrame(rows), fractions)
 

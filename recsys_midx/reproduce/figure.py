@@ -10,8 +10,8 @@ from matplotlib import rcParams
 # A figure made without pyplot renders to a file only and leaves the caller's backend alone.
 from matplotlib.figure import Figure
 
+from recsys_midx.reports.shares import best_of, lower_is_better, threshold
 from recsys_midx.reports.summary_plots import FRACTIONS
-from recsys_midx.reproduce.render import lower_is_better, threshold
 from recsys_midx.reproduce.spec import TableSpec
 
 
@@ -42,7 +42,7 @@ def plot_curves(spec: TableSpec, curves: pd.DataFrame, path: Path) -> Path:
                 label=row.name if number == 0 else None,
             )
     lower = lower_is_better(str(spec.validation))
-    best = float(curves["value"].min() if lower else curves["value"].max())
+    best = best_of(curves["value"], lower)
     for share in FRACTIONS:
         ax.axhline(threshold(best, share, lower), color="grey", linewidth=0.7, linestyle=":")
     if lower:

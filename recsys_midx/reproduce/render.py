@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-from recsys_midx.metrics.perplexity import PERPLEXITY_METRICS
+from recsys_midx.reports.shares import best_of, lower_is_better, reached
 from recsys_midx.reports.summary_plots import FRACTIONS
 from recsys_midx.reproduce.spec import TableSpec
 
@@ -69,23 +69,6 @@ def verdict(low: float, high: float, lower_is_better: bool = False) -> str:
     if high < 0:
         return "better" if lower_is_better else "worse"
     return "level"
-
-
-def lower_is_better(metric: str) -> bool:
-    """Whether a smaller value of ``metric`` (``test/ppl``, ``val/nll``, ...) is the better one."""
-    return metric.rsplit("/", 1)[-1] in PERPLEXITY_METRICS
-
-
-def threshold(best: float, share: float, lower: bool) -> float:
-    """The value that comes within ``share`` of ``best``: ``share * best``, or ``best / share``
-    for a metric where lower is better."""
-    return best / share if lower else share * best
-
-
-def reached(values: pd.Series, best: float, share: float, lower: bool) -> pd.Series:
-    """Where ``values`` come within ``share`` of ``best`` (:func:`threshold`)."""
-    bound = threshold(best, share, lower)
-    return values <= bound if lower else values >= bound
 
 
 def render_table(spec: TableSpec, runs: pd.DataFrame) -> str:
@@ -159,7 +142,7 @@ def render_times(spec: TableSpec, curves: pd.DataFrame) -> str:
         | b | 1.0000 | 3.0 (1/1) | 6.0 (1/1) | 6.0 (1/1) |
     """
     lower = lower_is_better(str(spec.validation))
-    best = float(curves["value"].min() if lower else curves["value"].max())
+    best = best_of(curves["value"], lower)
     header = ["row", f"best {spec.validation}", *(f"minutes to {share:.0%}" for share in FRACTIONS)]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for row in spec.rows:
@@ -167,7 +150,7 @@ def render_times(spec: TableSpec, curves: pd.DataFrame) -> str:
         if own.empty:
             continue
         runs = [run for _, run in own.groupby("seed", sort=True)]
-        bests = [run["value"].min() if lower else run["value"].max() for run in runs]
+        bests = [best_of(run["value"], lower) for run in runs]
         cells = [row.name, _mean_std(pd.Series(bests))]
         for share in FRACTIONS:
             first = [
