@@ -333,14 +333,14 @@ def main() -> None:
         rows = {name: _run_isolated(args, name, num_items) for name in args.samplers}
         for name, row in rows.items():
             if "error" in row:
-                print(f"| {num_items:.0e} | {name} | failed: {row['error']} | | | | |")
+                print(f"| {num_items:.2g} | {name} | failed: {row['error']} | | | | |")
                 continue
             memory[name].append((num_items, row["peak_mb"]))
             full, uniform = (rows.get(ref, {}).get("step_seconds") for ref in ("full", "uniform"))
             speedup = f"{full / row['step_seconds']:.1f}x" if full else "-"
             relative = f"{row['step_seconds'] / uniform:.2f}x" if uniform else "-"
             print(
-                f"| {num_items:.0e} | {name} | {row['step_seconds']:.3f} | {speedup} | "
+                f"| {num_items:.2g} | {name} | {row['step_seconds']:.3f} | {speedup} | "
                 f"{relative} | {row['build_seconds']:.2f} | {row['peak_mb']:.0f} |",
                 flush=True,
             )

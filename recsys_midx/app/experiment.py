@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from recsys_midx.app.auto_sampler import SamplerChoice, choose_sampler
 from recsys_midx.app.loggers import check_logger_packages
 from recsys_midx.app.preflight import table_needs
 from recsys_midx.lit.base import CatalogModule
@@ -45,6 +46,8 @@ class Experiment:
     trainer: L.Trainer
     epoch_log: EpochLog
     output_dir: Path
+    #: What ``sampler=auto`` chose; ``None`` for any other sampler.
+    sampler_choice: SamplerChoice | None = None
 
 
 def build(cfg: DictConfig) -> Experiment:
@@ -69,13 +72,23 @@ def build(cfg: DictConfig) -> Experiment:
     datamodule: CatalogDataModule = instantiate(cfg.task.datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    module = build_module(cfg, datamodule.encoder_sizes, datamodule.num_items)
+    # sampler=auto is decided here, where the catalog's size is known.
+    run_cfg, sampler_choice = choose_sampler(cfg, datamodule.num_items)
+    if sampler_choice is not None:
+        log.info(
+            "sampler=auto: %s for %d items (sampler.exact_up_to_items.%s=%d)",
+            "the exact softmax" if sampler_choice.sampler == "full" else "MIDX",
+            sampler_choice.items,
+            sampler_choice.device,
+            sampler_choice.exact_up_to_items,
+        )
+    module = build_module(run_cfg, datamodule.encoder_sizes, datamodule.num_items)
     warn_top_cells_with_corrected_positive(module.sampler, module.negatives)
     epoch_log = EpochLog(output_dir / "epochs.csv")
     callbacks = [instantiate(c) for c in cfg.get("callbacks", {}).values()] + [epoch_log]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    return Experiment(datamodule, module, trainer, epoch_log, output_dir)
+    return Experiment(datamodule, module, trainer, epoch_log, output_dir, sampler_choice)
 
 
 def build_module(
@@ -202,7 +215,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "train_wall_seconds": train_wall_seconds,
         "seconds_per_epoch": _mean([row["train_seconds"] for row in epochs]),
         "peak_memory_mb": peak_memory_mb(),
-        **training_fields(module, refreshes),
+        **training_fields(module, refreshes, experiment.sampler_choice),
         "best_checkpoint": best_checkpoint or None,
         "output_dir": str(output_dir),
     }
@@ -231,10 +244,15 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def training_fields(module: CatalogModule, refreshes: list[dict[str, float]]) -> dict[str, Any]:
+def training_fields(
+    module: CatalogModule,
+    refreshes: list[dict[str, float]],
+    sampler_choice: SamplerChoice | None = None,
+) -> dict[str, Any]:
     """The ``sampler``, ``negatives``, ``exact_positives`` and ``table_optimizer`` entries of
     ``results.json``, for a training run (its refresh history) and an evaluation (no refreshes)
     alike. ``negatives`` is the strategy's name (``none``: the exact softmax);
+    ``sampler.auto`` what ``sampler=auto`` chose (``full`` or ``midx``) and why;
     ``exact_positives`` whether a loss correcting by ``log q`` counted the positive exactly
     (``None`` where there was no such choice); ``table_optimizer`` the item table's optimizer as
     built (``auto`` resolved; null: the dense optimizer's)."""
@@ -246,6 +264,7 @@ def training_fields(module: CatalogModule, refreshes: list[dict[str, float]]) ->
         "sampler": {
             **sampler_summary(refreshes),
             "sizing": {} if sampler is None else sampler.sizing(),
+            **({} if sampler_choice is None else {"auto": asdict(sampler_choice)}),
         },
         "exact_positives": counted if module.loss.corrects_by_log_q else None,
     }
@@ -340,15 +359,25 @@ def sampler_lines(results: dict[str, Any]) -> list[str]:
         return []  # another objective (BCE, SCE, EDRep, ...): no softmax drawn from the sampler
     summary = results.get("sampler") or {}
     strategy = results.get("negatives")
+    chosen = summary.get("auto")
+    auto = (
+        []
+        if chosen is None
+        else [
+            f"sampler=auto: {chosen['sampler']} for {items:,} items "
+            f"(sampler.exact_up_to_items.{chosen['device']}={chosen['exact_up_to_items']:,})"
+        ]
+    )
     if strategy == "none":
-        return [f"exact softmax: every training query scores all {items:,} items"]
+        return [*auto, f"exact softmax: every training query scores all {items:,} items"]
     name = sampler["_target_"].rsplit(".", 1)[-1]
     sizing = summary.get("sizing") or {}
     top = " and its exact top cells" if sizing.get("exact_top_codewords") else ""
     per = _DRAWN_FOR.get(strategy, "per query")
     lines = [
+        *auto,
         f"sampled softmax: {sampler['num_negatives']} negatives from {name}{top} {per}, "
-        f"of {items:,} items"
+        f"of {items:,} items",
     ]
     if summary.get("kl_last") is not None and summary.get("kl_uniform_last") is not None:
         lines.append(

@@ -23,6 +23,8 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from recsys_midx.app import step_memory
+from recsys_midx.app.auto_sampler import check_auto
+from recsys_midx.app.task_checks import check_cloze_samples, check_language_model
 from recsys_midx.app.threads import processes_per_machine, sweep_jobs
 from recsys_midx.errors import ConfigError
 from recsys_midx.heads import DotHead, MoEHead
@@ -263,47 +265,6 @@ def _plain_head(cfg: DictConfig) -> bool:
     return target is None or issubclass(get_class(target), (DotHead, MoEHead))
 
 
-def check_cloze_samples(cfg: DictConfig) -> None:
-    """A model trained by cloze (``masked_training``, ``model=bert4rec``) gets whole windows to
-    mask: ``task.datamodule.train_samples=windows`` (the default) or ``last_window``, not
-    ``prefixes``, whose samples hold one target each.
-
-    The model group cannot choose the training samples itself: its file fills ``model`` only,
-    and the task, composed after it, sets ``task.datamodule.train_samples``.
-    """
-    target = (cfg.get("model") or {}).get("_target_")
-    model = get_class(target) if target else None
-    if not getattr(model, "masked_training", False):
-        return
-    samples = cfg.task.datamodule.get("train_samples", "windows")
-    if samples == "prefixes":
-        raise ConfigError(
-            f"model={model.name} trains by cloze on whole windows: set "
-            "task.datamodule.train_samples=last_window or windows (got prefixes)"
-        )
-
-
-def check_language_model(cfg: DictConfig) -> None:
-    """``task=lm`` reads its stream in order in one process, and a causal transformer reading
-    its stretches (``model=sasrec``) takes at least ``task.datamodule.bptt`` positions
-    (``model.max_len``)."""
-    if not issubclass(get_class(cfg.task.module._target_), LMModule):
-        return
-    trainer = cfg.get("trainer") or {}
-    if "ddp" in str(trainer.get("strategy", "")) and trainer.get("devices") != 1:
-        raise ConfigError(
-            f"task=lm with trainer.strategy={trainer.get('strategy')}: a language model reads "
-            "its stream in order in one process, set trainer.devices=1"
-        )
-    max_len = (cfg.get("model") or {}).get("max_len")
-    bptt = cfg.task.datamodule.bptt
-    if isinstance(max_len, int) and isinstance(bptt, int) and bptt > max_len:
-        raise ConfigError(
-            f"task.datamodule.bptt={bptt} is longer than model.max_len={max_len}, the positions "
-            "the model reads: lower the first or raise the second"
-        )
-
-
 def table_needs(cfg: DictConfig) -> TableNeeds:
     """What a run asks of its item tables' update, read from its config: the facts
     :func:`~recsys_midx.lit.table_optimizers.resolve_table_optimizer` and
@@ -458,6 +419,7 @@ CHECKS: tuple[Callable[[DictConfig], None], ...] = (
     check_optimized_metric,
     check_sampler,
     check_negatives,
+    check_auto,
     check_cloze_samples,
     check_language_model,
     check_table_optimizers,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from recsys_midx.app.auto_sampler import as_trained
 from recsys_midx.reports import run_names
 from recsys_midx.reports.summary_plots import epoch_rows, plot_all, with_labels
 from recsys_midx.reports.sweeps import varying_settings
@@ -53,7 +54,7 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
     for folder in folders:
         for path in sorted(folder.rglob("results.json")):
             result = json.loads(path.read_text())
-            config = result["config"]
+            config = as_trained(result)
             configs.append(config)
             output_dirs.append(result.get("output_dir", str(path.parent)))
             monitor = config.get("task", {}).get("monitor", DEFAULT_MONITOR)
