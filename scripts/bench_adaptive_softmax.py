@@ -8,8 +8,9 @@ Two workloads:
   heavy-tailed random direction scaled so the logits of the bulk have standard deviation
   ``--logit-std`` (2 nats), plus a planted winner and two runners-up whose logits sit around
   ``log sum_bulk exp`` (winner probability between ~0.25 and ~0.95, runners-up 1-3 nats lower).
-* **Trained model**: a seqrec run's item table (rows ``1..N``) and the scaled queries of its test
-  users (``--run-dir``; without it a model is trained first with
+* **Trained model**: a run's item table (rows ``1..N``) and the scaled queries of its test
+  points (``--run-dir``: a sequential recommender's test users, a language model's test
+  positions; without it a seqrec model is trained first with
   ``python train.py trainer.max_epochs=3 task.datamodule.train_samples=last_window
   task.datamodule.batch_size=128``).
 
@@ -129,7 +130,8 @@ def measure(
 
 
 def trained_model_queries(run_dir: Path, num_queries: int) -> tuple[ItemTableTopK, Tensor, str]:
-    """The item-table head of a finished seqrec run and up to ``num_queries`` test queries."""
+    """The item-table head of a finished run and up to ``num_queries`` queries of its first test
+    batches (a language model's: the positions of its first stretches, state reset)."""
     run = load_run(run_dir)
     module, datamodule = run.module, run.datamodule
     datamodule.setup("test")
@@ -162,9 +164,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=32_000, help="classes of the LLM-head workload")
     parser.add_argument("--d", type=int, default=4_096, help="dimension of the LLM-head workload")
-    parser.add_argument("--queries", type=int, default=20, help="LLM-head queries")
+    parser.add_argument("--queries", type=int, default=20, help="LLM-head queries (0: none)")
     parser.add_argument("--logit-std", type=float, default=2.0, help="std of the bulk logits")
-    parser.add_argument("--run-dir", type=Path, default=None, help="finished seqrec run")
+    parser.add_argument("--run-dir", type=Path, default=None, help="finished seqrec or lm run")
     parser.add_argument("--model-queries", type=int, default=256, help="trained-model queries")
     parser.add_argument("--model-init-pulls", type=int, default=8, help="pilot size, model")
     parser.add_argument("--eps", type=float, default=0.3)
@@ -180,13 +182,14 @@ def main() -> None:
     device_g = torch.Generator(device).manual_seed(args.seed)
 
     rows = []
-    A, X = llm_head_instance(args.n, args.d, args.queries, args.logit_std, g)
-    A, X = A.to(device), X.to(device)
-    name = f"LLM head n={args.n:,} d={args.d:,}"
-    for scale in args.variance_scales:
-        head = AdaptiveSoftmax(A, args.eps, args.delta, variance_scale=scale)
-        rows.append(measure(name, head, X, args.eps, device_g))
-    del A, X
+    if args.queries > 0:
+        A, X = llm_head_instance(args.n, args.d, args.queries, args.logit_std, g)
+        A, X = A.to(device), X.to(device)
+        name = f"LLM head n={args.n:,} d={args.d:,}"
+        for scale in args.variance_scales:
+            head = AdaptiveSoftmax(A, args.eps, args.delta, variance_scale=scale)
+            rows.append(measure(name, head, X, args.eps, device_g))
+        del A, X
 
     run_dir = args.run_dir
     if run_dir is None:
