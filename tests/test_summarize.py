@@ -64,6 +64,37 @@ def _write_run(folder: Path, sampler: str, seed: int, loss: dict | None = None) 
     ).to_csv(folder / "epochs.csv", index=False)
 
 
+def _write_task_run(
+    folder: Path,
+    sampler: str,
+    config: dict,
+    metrics: dict[str, float],
+    curve: list[float],
+    val_seconds: float,
+) -> None:
+    """One seed-0 run of another task (``config``: its dataset, task and model): results.json
+    with ``metrics``, and epochs.csv with a second of training an epoch and ``curve`` as the
+    values of the metric its task monitors, the last epoch the best."""
+    folder.mkdir()
+    results = {
+        "config": {"seed": 0, **config, "sampler": SAMPLER_TARGETS[sampler]},
+        "metrics": metrics,
+        "epochs_run": len(curve),
+        "best_epoch": len(curve) - 1,
+        "seconds_per_epoch": 1.0,
+        "train_wall_seconds": float(len(curve)),
+    }
+    (folder / "results.json").write_text(json.dumps(results))
+    pd.DataFrame(
+        {
+            "epoch": [float(epoch) for epoch in range(len(curve))],
+            "train_seconds": 1.0,
+            "val_seconds": val_seconds,
+            config["task"]["monitor"]: curve,
+        }
+    ).to_csv(folder / "epochs.csv", index=False)
+
+
 @pytest.fixture
 def sweep(tmp_path: Path) -> Path:
     """A multirun folder with 3 seeds of ``full`` and 2 of ``uniform``."""
@@ -427,36 +458,23 @@ def test_extreme_classification_runs_are_summarised_by_the_metric_their_task_mon
     from recsys_midx.reports.summary_plots import epoch_rows, with_labels
 
     for sampler, p_at_1 in (("full", 0.8), ("uniform", 0.6)):
-        folder = tmp_path / sampler
-        folder.mkdir()
-        results = {
-            "config": {
+        _write_task_run(
+            tmp_path / sampler,
+            sampler,
+            {
                 "dataset": {"name": "xc"},
-                "seed": 0,
                 "task": {"monitor": "val/p@1"},
                 "model": {"_target_": "recsys_midx.models.XCMLP"},
-                "sampler": SAMPLER_TARGETS[sampler],
             },
-            "metrics": {
+            {
                 "test/p@1": p_at_1,
                 "test/p@5": p_at_1 / 4,
                 "test/psp@5": p_at_1 / 5,
                 "val/p@1": p_at_1 + 0.01,
             },
-            "epochs_run": 2,
-            "best_epoch": 1,
-            "seconds_per_epoch": 1.0,
-            "train_wall_seconds": 2.0,
-        }
-        (folder / "results.json").write_text(json.dumps(results))
-        pd.DataFrame(
-            {
-                "epoch": [0.0, 1.0],
-                "train_seconds": [1.0, 1.0],
-                "val_seconds": [0.5, 0.5],
-                "val/p@1": [p_at_1 / 2, p_at_1 + 0.01],
-            }
-        ).to_csv(folder / "epochs.csv", index=False)
+            curve=[p_at_1 / 2, p_at_1 + 0.01],
+            val_seconds=0.5,
+        )
 
     runs = with_labels(load_runs([tmp_path]))
     markdown = table_markdown(summarize(runs))
@@ -474,26 +492,18 @@ def test_language_model_runs_are_timed_to_shares_of_the_lowest_perplexity(tmp_pa
     # Perplexity per epoch: the exact softmax's best is 100; 95% of it is reached at 100 / 0.95.
     curves = {"full": [150.0, 104.0, 100.0], "uniform": [120.0, 105.0, 103.0]}
     for sampler, ppl in curves.items():
-        folder = tmp_path / sampler
-        folder.mkdir()
-        results = {
-            "config": {
+        _write_task_run(
+            tmp_path / sampler,
+            sampler,
+            {
                 "dataset": {"name": "ptb"},
-                "seed": 0,
                 "task": {"monitor": "val/ppl", "monitor_mode": "min"},
                 "model": {"_target_": "recsys_midx.models.LSTMLanguageModel"},
-                "sampler": SAMPLER_TARGETS[sampler],
             },
-            "metrics": {"test/ppl": min(ppl) - 2, "val/ppl": min(ppl)},
-            "epochs_run": 3,
-            "best_epoch": 2,
-            "seconds_per_epoch": 1.0,
-            "train_wall_seconds": 3.0,
-        }
-        (folder / "results.json").write_text(json.dumps(results))
-        pd.DataFrame(
-            {"epoch": [0.0, 1.0, 2.0], "train_seconds": 1.0, "val_seconds": 0.0, "val/ppl": ppl}
-        ).to_csv(folder / "epochs.csv", index=False)
+            {"test/ppl": min(ppl) - 2, "val/ppl": min(ppl)},
+            curve=ppl,
+            val_seconds=0.0,
+        )
 
     runs = with_labels(load_runs([tmp_path]))
     epochs = epoch_rows(runs)

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, open_dict
 
+from recsys_midx.app.step_memory import trains_on_cuda
 from recsys_midx.errors import ConfigError
 from recsys_midx.lit.table_optimizers import AUTO_TABLE_OPTIMIZER
 
@@ -94,13 +94,9 @@ def check_auto(cfg: DictConfig) -> None:
 
 
 def device_kind(cfg: DictConfig) -> str:
-    """``cuda`` where the run trains on CUDA devices (``trainer.accelerator`` gpu or cuda, or
-    auto on a machine with one), else ``cpu``: read from the config and the machine alone, so
-    every process of a run reads the same."""
-    accelerator = str((cfg.get("trainer") or {}).get("accelerator") or "auto").lower()
-    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
-        return "cuda"
-    return "cpu"
+    """``cuda`` where the run trains on CUDA devices
+    (:func:`~recsys_midx.app.step_memory.trains_on_cuda`), else ``cpu``."""
+    return "cuda" if trains_on_cuda(cfg) else "cpu"
 
 
 def choose_sampler(cfg: DictConfig, num_items: int) -> tuple[DictConfig, SamplerChoice | None]:

@@ -359,26 +359,23 @@ def sampler_lines(results: dict[str, Any]) -> list[str]:
         return []  # another objective (BCE, SCE, EDRep, ...): no softmax drawn from the sampler
     summary = results.get("sampler") or {}
     strategy = results.get("negatives")
+    lines = []
     chosen = summary.get("auto")
-    auto = (
-        []
-        if chosen is None
-        else [
+    if chosen is not None:
+        lines.append(
             f"sampler=auto: {chosen['sampler']} for {items:,} items "
             f"(sampler.exact_up_to_items.{chosen['device']}={chosen['exact_up_to_items']:,})"
-        ]
-    )
+        )
     if strategy == "none":
-        return [*auto, f"exact softmax: every training query scores all {items:,} items"]
+        return [*lines, f"exact softmax: every training query scores all {items:,} items"]
     name = sampler["_target_"].rsplit(".", 1)[-1]
     sizing = summary.get("sizing") or {}
     top = " and its exact top cells" if sizing.get("exact_top_codewords") else ""
     per = _DRAWN_FOR.get(strategy, "per query")
-    lines = [
-        *auto,
+    lines.append(
         f"sampled softmax: {sampler['num_negatives']} negatives from {name}{top} {per}, "
-        f"of {items:,} items",
-    ]
+        f"of {items:,} items"
+    )
     if summary.get("kl_last") is not None and summary.get("kl_uniform_last") is not None:
         lines.append(
             f"proposal: KL(softmax || q) = {summary['kl_last']:.2f} nats at the last "

@@ -195,11 +195,10 @@ def training_device(cfg: DictConfig) -> torch.device | None:
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return None
     trainer = cfg.get("trainer") or {}
-    accelerator = str(trainer.get("accelerator") or "auto").lower()
+    accelerator = _accelerator(cfg)
     if accelerator == "cpu":
         return torch.device("cpu")
-    cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    if cuda:
+    if trains_on_cuda(cfg):
         if not torch.cuda.is_available():
             return None
         if any(name in str(trainer.get("strategy") or "") for name in FORKING_STRATEGIES):
@@ -208,6 +207,19 @@ def training_device(cfg: DictConfig) -> torch.device | None:
     if accelerator == "auto" and not torch.backends.mps.is_available():
         return torch.device("cpu")
     return None
+
+
+def trains_on_cuda(cfg: DictConfig) -> bool:
+    """Whether the run asks for CUDA devices: ``trainer.accelerator`` gpu or cuda, or auto on a
+    machine with one. Read from the config and the machine alone, so every process of a run
+    reads the same."""
+    accelerator = _accelerator(cfg)
+    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+
+
+def _accelerator(cfg: DictConfig) -> str:
+    """``trainer.accelerator`` in lower case, ``auto`` where it is not set."""
+    return str((cfg.get("trainer") or {}).get("accelerator") or "auto").lower()
 
 
 def _first_device_index(devices: object) -> int:
