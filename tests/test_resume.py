@@ -210,6 +210,38 @@ def test_run_continued_from_its_last_validation_ends_as_an_uninterrupted_run(tmp
     assert _losses(run_dir) == _losses(Path(reference["output_dir"]))
 
 
+class _SlowFirstStep(L.Callback):
+    """Sleeps before the first training step: a first segment of known minimum length."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == 0:
+            time.sleep(self.seconds)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_counts_the_training_time_before_its_checkpoint(tmp_path, reference):
+    # The first epoch runs (and is checkpointed) in one process, the second after a resume:
+    # train_wall_seconds is the training time of both, not of the last segment only.
+    data_dir, _ = reference
+    run_dir = tmp_path / "run"
+    pause = 3.0
+    experiment = build(_config(run_dir, data_dir, "trainer.max_epochs=1"))
+    experiment.trainer.callbacks.append(_SlowFirstStep(pause))
+    started = time.perf_counter()
+    experiment.trainer.fit(experiment.module, experiment.datamodule)
+    first_segment = time.perf_counter() - started
+
+    started = time.perf_counter()
+    resumed = train(_config(run_dir, data_dir, "resume=auto"))
+    second_segment = time.perf_counter() - started
+
+    assert resumed["epochs_run"] == 2
+    assert pause < resumed["train_wall_seconds"] < first_segment + second_segment
+
+
 def test_resume_auto_without_a_checkpoint_starts_fresh(tmp_path, caplog):
     config = _config(tmp_path / "run", tmp_path / "data", "trainer.max_epochs=1")
     experiment = build(config)

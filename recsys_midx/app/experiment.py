@@ -8,7 +8,6 @@ import os
 import resource
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -86,6 +85,10 @@ def build(cfg: DictConfig) -> Experiment:
     warn_top_cells_with_corrected_positive(module.sampler, module.negatives)
     epoch_log = EpochLog(output_dir / "epochs.csv")
     callbacks = [instantiate(c) for c in cfg.get("callbacks", {}).values()] + [epoch_log]
+    if cfg.trainer.get("max_time") is None and not any(isinstance(c, Timer) for c in callbacks):
+        # The trainer adds its own Timer for max_time; without one, a Timer without a limit
+        # still counts the training time across a resume (see training_seconds).
+        callbacks.append(Timer())
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     return Experiment(datamodule, module, trainer, epoch_log, output_dir, sampler_choice)
@@ -170,8 +173,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     Returns:
         The results: config, dataset stats, ``val/*`` and ``test/*`` metrics, best epoch, epochs
-        run, what stopped training (:func:`stopped_by`), timings, peak memory and the
-        sampler's refresh summary.
+        run, what stopped training (:func:`stopped_by`), timings (:func:`training_seconds`,
+        counted across a resume), peak memory and the sampler's refresh summary.
 
     Example:
         ```python
@@ -182,11 +185,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     experiment = build(cfg)
     datamodule, module, trainer = experiment.datamodule, experiment.module, experiment.trainer
     output_dir = experiment.output_dir
-    start = time.perf_counter()
     trainer.fit(
         module, datamodule=datamodule, ckpt_path=resume_checkpoint(cfg.get("resume"), trainer)
     )
-    train_wall_seconds = time.perf_counter() - start
+    train_wall_seconds = training_seconds(trainer)
     # Testing restores callback states from the best checkpoint: read what stopped training and
     # keep the full logs first.
     stopped = stopped_by(trainer)
@@ -223,6 +225,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         path = write_json_atomically(output_dir / RESULTS_FILE, results)
         _print_summary(results, path)
     return results
+
+
+def training_seconds(trainer: L.Trainer) -> float:
+    """Seconds in the training loop (validation included), as the trainer's
+    :class:`~lightning.pytorch.callbacks.Timer` counts them against ``trainer.max_time``: a run
+    resumed from a checkpoint adds the time it had trained up to that checkpoint, and the work
+    it repeats after it counts once."""
+    timer = next(c for c in trainer.callbacks if isinstance(c, Timer))
+    return timer.time_elapsed("train")
 
 
 def stopped_by(trainer: L.Trainer) -> str:
