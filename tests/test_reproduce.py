@@ -116,6 +116,10 @@ def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Pa
             "tiny.yaml: rows[0].overrides: give a list",
         ),
         ({"seeds": []}, "tiny.yaml: seeds: give a non-empty list of integers"),
+        (
+            {"rows": [{"name": "a", "overrides": [], "reference": True, "seeds": [1, 1]}]},
+            "tiny.yaml: rows[0].seeds: a seed is listed twice",
+        ),
         ({"max_time": "1h"}, "tiny.yaml: max_time: '1h': give DD:HH:MM:SS"),
         ({"colour": "red"}, "tiny.yaml: colour: unknown field"),
         ({"checked": 1234567}, "tiny.yaml: checked: 1234567: give a commit"),
@@ -136,6 +140,7 @@ def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Pa
     ids=[
         "overrides",
         "seeds",
+        "row-seeds",
         "max-time",
         "unknown",
         "checked",
@@ -160,6 +165,24 @@ def test_the_dry_run_prints_every_command_and_runs_nothing(tmp_path: Path) -> No
     commands = [line for line in out.splitlines() if line.startswith("recsys-midx-train ")]
     assert len(commands) == 4 and all("resume=auto" in line for line in commands)
     assert out.count(": missing") == 4 and not (tmp_path / "out").exists()
+
+
+def test_a_row_with_its_own_seeds_runs_those_and_the_others_the_specs(tmp_path: Path) -> None:
+    # A frontier of one seed a row whose best rows run again at three: the seed-0 runs are the
+    # same runs (same folders) with or without the extra seeds.
+    rows = [{**SPEC["rows"][0], "seeds": [0, 1, 2]}, SPEC["rows"][1]]
+    spec = parse_spec("tiny", {**SPEC, "rows": rows, "seeds": [0]})
+    runs = plan(spec, tmp_path, tmp_path)
+    assert [run.label for run in runs] == [
+        "uniform/seed-0",
+        "uniform/seed-1",
+        "uniform/seed-2",
+        "exact-softmax/seed-0",
+    ]
+    assert (
+        runs[0].folder
+        == plan(parse_spec("tiny", {**SPEC, "seeds": [0]}), tmp_path, tmp_path)[0].folder
+    )
 
 
 def test_a_checked_commit_in_the_spec_goes_into_the_tables_marker() -> None:

@@ -101,7 +101,7 @@ def plan(spec: TableSpec, out_dir: Path, data_dir: Path) -> list[PlannedRun]:
     """
     runs = []
     for row in spec.rows:
-        for seed in spec.seeds:
+        for seed in row.seeds or spec.seeds:
             folder = (out_dir / spec.name / row.slug / f"seed-{seed}").resolve()
             overrides = [
                 *(word.replace("{data}", str(data_dir)) for word in spec.command),

@@ -8,6 +8,7 @@ command: [dataset=ml-1m-sasrec, "dataset.path={data}/ml-1m-sasrec/ml-1m.txt"]
 rows:
   - {name: midx, overrides: [sampler=midx]}
   - {name: exact softmax, overrides: [sampler=full], reference: true}
+  - {name: uniform, overrides: [sampler=uniform], seeds: [0]}   # seeds: optional
 seeds: [0, 1, 2]
 threads: 2
 max_time: "00:01:00:00"
@@ -19,11 +20,12 @@ checked: "1a2b3c4"   # optional
 ```
 
 Every row trains ``python train.py COMMAND ROW_OVERRIDES seed=S threads=T`` once per seed;
-``{data}`` stands for the folder of the benchmark data. The reference row is the one every other
-row's difference is measured against. ``validation`` names a metric of each run's
-``epochs.csv``: every run's curve of it against time is then collected too, and the page shows
-how many minutes each row took to reach 90, 95 and 97% of the best value any run reached, with
-a figure of the curves. ``code`` lists the files (or groups of the results page's
+``{data}`` stands for the folder of the benchmark data; a row with its own ``seeds`` runs those
+instead (a frontier of one seed a row, say, with the best rows again at three). The reference
+row is the one every other row's difference is measured against. ``validation`` names a metric
+of each run's ``epochs.csv``: every run's curve of it against time is then collected too, and
+the page shows how many minutes each row took to reach 90, 95 and 97% of the best value any run
+reached, with a figure of the curves. ``code`` lists the files (or groups of the results page's
 provenance test) whose changes could move the numbers; ``checked``, a later commit up to which
 every change to that code was read and found to leave the numbers as they are (the provenance
 marker's ``checked:``), lets a table stay current across such a change without re-running it.
@@ -59,16 +61,18 @@ _FIELDS = (
 )
 #: A commit as ``checked`` names it: 7 to 40 hex digits.
 _COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
-_ROW_FIELDS = ("name", "overrides", "reference")
+_ROW_FIELDS = ("name", "overrides", "reference", "seeds")
 
 
 @dataclass(frozen=True)
 class Row:
-    """One row of a table: a name and the overrides its runs add to the spec's command."""
+    """One row of a table: a name, the overrides its runs add to the spec's command and, where
+    it has its own, the seeds it runs with in place of the spec's."""
 
     name: str
     overrides: tuple[str, ...]
     reference: bool = False
+    seeds: tuple[int, ...] | None = None
 
     @property
     def slug(self) -> str:
@@ -85,7 +89,7 @@ class TableSpec:
         title: what the table shows, in a sentence.
         command: the overrides every run starts with.
         rows: the table's rows, one of them the reference.
-        seeds: the seeds each row runs with.
+        seeds: the seeds each row runs with, unless it has its own (:attr:`Row.seeds`).
         threads: CPU threads of each run (``threads=``).
         max_time: the wall-time cap of each run (``trainer.max_time``), or ``None``.
         device: ``cpu`` or ``gpu``: the machine the numbers come from.
@@ -169,11 +173,7 @@ def parse_spec(name: str, raw: Any, where: str | None = None) -> TableSpec:
         if field not in raw:
             raise fail(field, "missing")
     command = _strings(raw["command"], "command", fail)
-    seeds = raw["seeds"]
-    if not isinstance(seeds, list) or not seeds or not all(_is_int(s) for s in seeds):
-        raise fail("seeds", "give a non-empty list of integers")
-    if len(set(seeds)) != len(seeds):
-        raise fail("seeds", "a seed is listed twice")
+    seeds = _seeds(raw["seeds"], "seeds", fail)
     rows = _rows(raw["rows"], fail)
     threads = raw.get("threads", 1)
     if not _is_int(threads) or threads < 1:
@@ -200,7 +200,7 @@ def parse_spec(name: str, raw: Any, where: str | None = None) -> TableSpec:
         title=str(raw.get("title", name)),
         command=command,
         rows=rows,
-        seeds=tuple(seeds),
+        seeds=seeds,
         threads=threads,
         max_time=max_time,
         device=device,
@@ -213,6 +213,14 @@ def parse_spec(name: str, raw: Any, where: str | None = None) -> TableSpec:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _seeds(value: Any, field: str, fail: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value or not all(_is_int(s) for s in value):
+        raise fail(field, "give a non-empty list of integers")
+    if len(set(value)) != len(value):
+        raise fail(field, "a seed is listed twice")
+    return tuple(value)
 
 
 def _strings(value: Any, field: str, fail: Any) -> tuple[str, ...]:
@@ -228,7 +236,7 @@ def _rows(raw: Any, fail: Any) -> tuple[Row, ...]:
     for index, entry in enumerate(raw):
         field = f"rows[{index}]"
         if not isinstance(entry, dict):
-            raise fail(field, "a row is a mapping of name, overrides and reference")
+            raise fail(field, "a row is a mapping of name, overrides, reference and seeds")
         unknown = sorted(set(entry) - set(_ROW_FIELDS))
         if unknown:
             raise fail(f"{field}.{unknown[0]}", f"unknown (fields: {', '.join(_ROW_FIELDS)})")
@@ -240,7 +248,8 @@ def _rows(raw: Any, fail: Any) -> tuple[Row, ...]:
         reference = entry.get("reference", False)
         if not isinstance(reference, bool):
             raise fail(f"{field}.reference", f"{reference!r}: true or false")
-        rows.append(Row(entry["name"], tuple(overrides), reference))
+        seeds = _seeds(entry["seeds"], f"{field}.seeds", fail) if "seeds" in entry else None
+        rows.append(Row(entry["name"], tuple(overrides), reference, seeds))
     if sum(row.reference for row in rows) != 1:
         raise fail("rows", "mark exactly one row with reference: true")
     slugs = [row.slug for row in rows]
