@@ -122,6 +122,7 @@ def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Pa
         ),
         ({"max_time": "1h"}, "tiny.yaml: max_time: '1h': give DD:HH:MM:SS"),
         ({"colour": "red"}, "tiny.yaml: colour: unknown field"),
+        ({"ceiling": "high"}, "tiny.yaml: ceiling: 'high': give the first metric's best"),
         ({"checked": 1234567}, "tiny.yaml: checked: 1234567: give a commit"),
         ({"validation": "test/ndcg@10"}, "tiny.yaml: validation: 'test/ndcg@10': name a valid"),
         (
@@ -143,6 +144,7 @@ def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Pa
         "row-seeds",
         "max-time",
         "unknown",
+        "ceiling",
         "checked",
         "validation",
         "unknown-sampler",
@@ -207,6 +209,24 @@ def test_a_checked_commit_in_the_spec_goes_into_the_tables_marker() -> None:
     for checked, shown in ((None, ""), ("bb4529b", "; checked: bb4529b")):
         spec = parse_spec("tiny", {**SPEC, **({"checked": checked} if checked else {})})
         assert render_block(spec, frame, "cmd").splitlines()[1] == marker.format(shown)
+
+
+def test_a_ceiling_adds_each_rows_share_of_it() -> None:
+    spec = parse_spec("tiny", {**SPEC, "ceiling": 0.4})
+    runs = pd.DataFrame(
+        {
+            "row": ["uniform", "uniform", "exact softmax"],
+            "test/ndcg@10": [0.1, 0.2, 0.3],
+            "test/hr@10": [0.2, 0.3, 0.4],
+            "minutes": 1.0,
+            "epochs": 3,
+            "stopped_by": "max_epochs",
+        }
+    )
+    header, aligns, uniform, exact = render_table(spec, runs).splitlines()
+    assert "| test/hr@10 | of the ceiling (0.4000) | vs exact softmax" in header
+    assert len(aligns.split("|")) == len(header.split("|"))
+    assert " | 37.5% | " in uniform and " | 75.0% | reference | " in exact
 
 
 def test_perplexity_tables_read_lower_as_better() -> None:

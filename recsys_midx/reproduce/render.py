@@ -87,6 +87,8 @@ def render_table(spec: TableSpec, runs: pd.DataFrame) -> str:
         |---|---|---:|---:|---|---:|---:|
         | a | `z=2` | 2 | 0.3000 ± 0.0000 | +0.2000 [+0.2000, +0.2000] better | 2.0 | 5.0 |
         | b |  | 2 | 0.1000 ± 0.0000 | reference | 1.0 | 4.0 |
+
+        A spec with a ``ceiling`` adds each row's share of it, after the metrics.
     """
     first = spec.metrics[0]
     reference = runs.loc[runs["row"] == spec.reference.name, first].astype(float)
@@ -95,11 +97,13 @@ def render_table(spec: TableSpec, runs: pd.DataFrame) -> str:
         "settings",
         "runs",
         *spec.metrics,
+        *([f"of the ceiling ({spec.ceiling:.4f})"] if spec.ceiling else []),
         f"vs {spec.reference.name} ({CONFIDENCE:.0%} interval)",
         "minutes",
         "epochs",
     ]
-    aligns = ["---", "---", "---:", *["---:"] * len(spec.metrics), "---", "---:", "---:"]
+    shares = 1 if spec.ceiling else 0
+    aligns = ["---", "---", "---:", *["---:"] * (len(spec.metrics) + shares), "---", "---:", "---:"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(aligns) + "|"]
     for row in spec.rows:
         own = runs[runs["row"] == row.name]
@@ -109,6 +113,8 @@ def render_table(spec: TableSpec, runs: pd.DataFrame) -> str:
         count = f"{len(own)}" + (f" ({capped} capped)" if capped else "")
         cells = [row.name, " ".join(f"`{word}`" for word in row.overrides), count]
         cells += [_mean_std(own[metric].astype(float)) for metric in spec.metrics]
+        if spec.ceiling:
+            cells.append(f"{own[first].astype(float).mean() / spec.ceiling:.1%}")
         if row.reference:
             cells.append("reference")
         elif reference.empty:

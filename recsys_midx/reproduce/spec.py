@@ -15,6 +15,7 @@ max_time: "00:01:00:00"
 device: cpu
 metrics: [test/ndcg@10, test/hr@10]
 validation: val/ndcg@10   # optional
+ceiling: 0.4123           # optional
 code: ["@midx", "@softmax", "@train", "@seqrec"]
 checked: "1a2b3c4"   # optional
 ```
@@ -25,10 +26,12 @@ instead (a frontier of one seed a row, say, with the best rows again at three). 
 row is the one every other row's difference is measured against. ``validation`` names a metric
 of each run's ``epochs.csv``: every run's curve of it against time is then collected too, and
 the page shows how many minutes each row took to reach 90, 95 and 97% of the best value any run
-reached, with a figure of the curves. ``code`` lists the files (or groups of the results page's
-provenance test) whose changes could move the numbers; ``checked``, a later commit up to which
-every change to that code was read and found to leave the numbers as they are (the provenance
-marker's ``checked:``), lets a table stay current across such a change without re-running it.
+reached, with a figure of the curves. ``ceiling``, the best value of the first metric any model
+can reach (a synthetic catalog's, from its generator), adds each row's share of it. ``code``
+lists the files (or groups of the results page's provenance test) whose changes could move the
+numbers; ``checked``, a later commit up to which every change to that code was read and found to
+leave the numbers as they are (the provenance marker's ``checked:``), lets a table stay current
+across such a change without re-running it.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ _FIELDS = (
     "device",
     "metrics",
     "validation",
+    "ceiling",
     "code",
     "checked",
 )
@@ -97,6 +101,7 @@ class TableSpec:
         validation: the ``epochs.csv`` metric whose curves against time the page times and
             plots, or ``None``.
         code: the files and provenance groups the numbers depend on.
+        ceiling: the first metric's best possible value, or ``None``.
         checked: the commit up to which changes to ``code`` were read and leave the numbers as
             they are, or ``None``.
     """
@@ -113,6 +118,7 @@ class TableSpec:
     code: tuple[str, ...]
     checked: str | None = None
     validation: str | None = None
+    ceiling: float | None = None
 
     @property
     def reference(self) -> Row:
@@ -192,6 +198,11 @@ def parse_spec(name: str, raw: Any, where: str | None = None) -> TableSpec:
         isinstance(validation, str) and validation.startswith("val/")
     ):
         raise fail("validation", f"{validation!r}: name a validation metric, e.g. val/ndcg@10")
+    ceiling = raw.get("ceiling")
+    if ceiling is not None and not (
+        isinstance(ceiling, float | int) and not isinstance(ceiling, bool) and ceiling > 0
+    ):
+        raise fail("ceiling", f"{ceiling!r}: give the first metric's best value, e.g. 0.41")
     checked = raw.get("checked")
     if checked is not None and not (isinstance(checked, str) and _COMMIT.match(checked)):
         raise fail("checked", f"{checked!r}: give a commit, e.g. 45fcc1b")
@@ -208,6 +219,7 @@ def parse_spec(name: str, raw: Any, where: str | None = None) -> TableSpec:
         code=_strings(raw["code"], "code", fail),
         checked=checked,
         validation=validation,
+        ceiling=None if ceiling is None else float(ceiling),
     )
 
 
