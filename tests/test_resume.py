@@ -210,6 +210,36 @@ def test_run_continued_from_its_last_validation_ends_as_an_uninterrupted_run(tmp
     assert _losses(run_dir) == _losses(Path(reference["output_dir"]))
 
 
+class _CrashBeforeStep(L.Callback):
+    """Fails before optimiser step ``step``, after the checkpoints of the steps before it."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise _Crash
+
+
+@pytest.mark.slow
+def test_a_run_validating_inside_epochs_resumes_to_the_same_rows(tmp_path, reference):
+    # Validation after every two of an epoch's four batches; the run fails between the
+    # validations of its second epoch and resumes from the step checkpoint before the failure.
+    data_dir, _ = reference
+    inside = ("trainer.val_check_interval=2",)
+    uninterrupted = train(_config(tmp_path / "uninterrupted", data_dir, *inside))
+    run_dir = tmp_path / "run"
+    experiment = build(_config(run_dir, data_dir, *inside))
+    experiment.trainer.callbacks.append(_CrashBeforeStep(STEPS_PER_EPOCH + 3))
+    with pytest.raises(_Crash):
+        experiment.trainer.fit(experiment.module, experiment.datamodule)
+
+    resumed = train(_config(run_dir, data_dir, "resume=auto", *inside))
+    assert resumed["metrics"] == pytest.approx(uninterrupted["metrics"], abs=1e-6, rel=0)
+    assert len(_losses(run_dir)) == 4
+    assert _losses(run_dir) == _losses(tmp_path / "uninterrupted")
+
+
 class _SlowFirstStep(L.Callback):
     """Sleeps before the first training step: a first segment of known minimum length."""
 

@@ -204,6 +204,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     )[0]
 
     best = EpochLog.best_row(epochs, cfg.task.monitor, cfg.task.get("monitor_mode", "max")) or {}
+    epoch_seconds = EpochLog.epoch_train_seconds(epochs)
     results = {
         "config": OmegaConf.to_container(cfg, resolve=True),
         "dataset": datamodule.stats,
@@ -212,10 +213,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             **{k: float(v) for k, v in test_metrics.items()},
         },
         "best_epoch": int(best["epoch"]) if best else None,
-        "epochs_run": len(epochs),
+        "epochs_run": len(epoch_seconds),
         "stopped_by": stopped,
         "train_wall_seconds": train_wall_seconds,
-        "seconds_per_epoch": _mean([row["train_seconds"] for row in epochs]),
+        "seconds_per_epoch": _mean(epoch_seconds),
         "peak_memory_mb": peak_memory_mb(),
         **training_fields(module, refreshes, experiment.sampler_choice),
         "best_checkpoint": best_checkpoint or None,

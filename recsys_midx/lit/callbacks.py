@@ -1,5 +1,6 @@
-"""Callbacks of a run: one CSV row per epoch with timings, loss and validation metrics, and the
-schedule that rebuilds the sampler (and a refreshable objective) from the live item table."""
+"""Callbacks of a run: one CSV row per epoch (or per validation) with timings, loss and
+validation metrics, and the schedule that rebuilds the sampler (and a refreshable objective)
+from the live item table."""
 
 from __future__ import annotations
 
@@ -19,12 +20,19 @@ from recsys_midx.samplers import proposal_divergence
 
 
 class EpochLog(Callback):
-    """Writes ``epochs.csv``: per epoch, training and validation seconds, mean loss, val metrics.
+    """Writes ``epochs.csv``: a row at every validation, and at the end of every epoch that did
+    not end with one, holding the epoch, the training and validation seconds since the previous
+    row, the mean training loss of the batches since then and the validation metrics.
 
-    The file is rewritten after every epoch, so it is complete up to the last finished epoch even
-    if the run is interrupted. Its rows, and the running epoch's loss sums and elapsed time, are
-    part of the callback's state, so a resumed run keeps the rows of the epochs before the
-    interruption and completes the interrupted epoch's row.
+    With validation at the end of every epoch (the default) a row is an epoch. With validation
+    inside epochs (``trainer.val_check_interval`` as a number of batches or a duration such as
+    ``00:00:05:00``) a row is the stretch of training before each validation, so the cumulative
+    seconds of the rows still place every validation on the run's clock.
+
+    The file is rewritten after every row, so it is complete up to the last one even if the run
+    is interrupted. Its rows, and the running stretch's loss sums and elapsed time, are part of
+    the callback's state, so a resumed run keeps the rows before the interruption and completes
+    the interrupted stretch's row.
 
     Args:
         path: the CSV file to write.
@@ -36,8 +44,9 @@ class EpochLog(Callback):
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.rows: list[dict[str, float]] = []
-        self._epoch_start = 0.0
+        self._stretch_start = 0.0
         self._train_seconds: float | None = None
+        self._batches = 0
         self._loss_sum = 0.0
         self._loss_count = 0
 
@@ -53,11 +62,30 @@ class EpochLog(Callback):
         sign = -1.0 if mode == "min" else 1.0
         return max(scored, key=lambda row: sign * row[monitor])
 
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._epoch_start = time.perf_counter()
-        self._train_seconds = None
-        self._loss_sum, self._loss_count = 0.0, 0
+    @staticmethod
+    def epoch_train_seconds(rows: list[dict[str, float]]) -> list[float]:
+        """Training seconds of each epoch, its rows summed (an epoch cut short counts as run).
 
+        Example:
+            >>> EpochLog.epoch_train_seconds([{"epoch": 0.0, "train_seconds": 2.0},
+            ...     {"epoch": 0.0, "train_seconds": 3.0}, {"epoch": 1.0, "train_seconds": 4.0}])
+            [5.0, 4.0]
+        """
+        seconds: dict[float, float] = {}
+        for row in rows:
+            seconds[row["epoch"]] = seconds.get(row["epoch"], 0.0) + row["train_seconds"]
+        return list(seconds.values())
+
+    def _start_stretch(self) -> None:
+        self._stretch_start = time.perf_counter()
+        self._train_seconds = None
+        self._batches, self._loss_sum, self._loss_count = 0, 0.0, 0
+
+    @override
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start_stretch()
+
+    @override
     def on_train_batch_end(
         self,
         trainer: L.Trainer,
@@ -66,27 +94,35 @@ class EpochLog(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
+        self._batches += 1
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
             self._loss_sum += float(loss.detach())
             self._loss_count += 1
 
+    @override
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self._train_seconds = time.perf_counter() - self._epoch_start
+            self._train_seconds = time.perf_counter() - self._stretch_start
 
+    @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Lightning runs checkpoint callbacks after the others, so the row is recorded before a
-        # checkpoint of this epoch is saved and a run resumed from it keeps the row.
+        # Lightning runs checkpoint callbacks after the others, so the row is recorded (and the
+        # next stretch started) before a checkpoint of this validation is saved: a run resumed
+        # from it keeps the row and does not write it again.
         if not trainer.sanity_checking and self._train_seconds is not None:
             self._record(
-                trainer, val_seconds=time.perf_counter() - self._epoch_start - self._train_seconds
+                trainer,
+                val_seconds=time.perf_counter() - self._stretch_start - self._train_seconds,
             )
+            self._start_stretch()
 
+    @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._train_seconds is None:  # an epoch without validation
-            self._train_seconds = time.perf_counter() - self._epoch_start
+        if self._batches:  # trained since the last row: the epoch did not end with validation
+            self._train_seconds = time.perf_counter() - self._stretch_start
             self._record(trainer, val_seconds=0.0)
+            self._start_stretch()
 
     def _record(self, trainer: L.Trainer, val_seconds: float) -> None:
         row = {
@@ -114,24 +150,27 @@ class EpochLog(Callback):
             writer.writeheader()
             writer.writerows(self.rows)
 
+    @override
     def state_dict(self) -> dict[str, Any]:
-        # The running epoch's loss sums and elapsed time too: a run resumed mid-epoch then
-        # reports the whole epoch's mean loss and (about) its training time. Its training
-        # seconds are set once its validation has started: a run resumed from the checkpoint
-        # written after validation has recorded the epoch's row already.
+        # The running stretch's batches, loss sums and elapsed time too: a run resumed inside
+        # it then reports the whole stretch's mean loss and (about) its training time. Its
+        # training seconds are set once its validation has started.
         return {
             "rows": self.rows,
+            "batches": self._batches,
             "loss_sum": self._loss_sum,
             "loss_count": self._loss_count,
-            "epoch_seconds": time.perf_counter() - self._epoch_start,
+            "stretch_seconds": time.perf_counter() - self._stretch_start,
             "train_seconds": self._train_seconds,
         }
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.rows = list(state_dict["rows"])
+        self._batches = state_dict.get("batches", 0)
         self._loss_sum = state_dict.get("loss_sum", 0.0)
         self._loss_count = state_dict.get("loss_count", 0)
-        self._epoch_start = time.perf_counter() - state_dict.get("epoch_seconds", 0.0)
+        self._stretch_start = time.perf_counter() - state_dict.get("stretch_seconds", 0.0)
         self._train_seconds = state_dict.get("train_seconds")
 
 

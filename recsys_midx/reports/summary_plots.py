@@ -305,7 +305,9 @@ def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
 
 
 def _epoch_bars(ax: Axes, epochs: pd.DataFrame) -> None:
-    per_run = epochs.groupby(["label", "path"])[["train_seconds", "val_seconds"]].mean()
+    # A run validating inside its epochs has several rows an epoch: sum them first.
+    per_epoch = epochs.groupby(["label", "path", "epoch"])[["train_seconds", "val_seconds"]].sum()
+    per_run = per_epoch.groupby(["label", "path"]).mean()
     per_run["total"] = per_run.sum(axis=1)
     stats = per_run.groupby("label").agg(["mean", "std"])
     labels = list(stats.index)
