@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import TINY_RUN
 
-from recsys_midx.reproduce.collect import read_curves, read_runs
+from recsys_midx.reproduce.collect import read_curves, read_runs, run_curve
 from recsys_midx.reproduce.render import (
     block_names,
     page_block,
@@ -209,6 +209,23 @@ def test_a_checked_commit_in_the_spec_goes_into_the_tables_marker() -> None:
     for checked, shown in ((None, ""), ("bb4529b", "; checked: bb4529b")):
         spec = parse_spec("tiny", {**SPEC, **({"checked": checked} if checked else {})})
         assert render_block(spec, frame, "cmd").splitlines()[1] == marker.format(shown)
+
+
+def test_a_curve_keeps_the_time_of_rows_without_validation(tmp_path: Path) -> None:
+    spec = parse_spec("tiny", SPEC)
+    run = plan(spec, tmp_path, tmp_path)[0]
+    run.folder.mkdir(parents=True)
+    pd.DataFrame(
+        {
+            "epoch": [0.0, 0.0, 1.0],
+            "train_seconds": [60.0, 30.0, 60.0],
+            "val_seconds": [6.0, 0.0, 6.0],
+            "val/ndcg@10": [0.1, None, 0.2],
+        }
+    ).to_csv(run.folder / "epochs.csv", index=False)
+    curve = run_curve(spec, run)
+    assert curve["minutes"].tolist() == pytest.approx([1.1, 2.7])
+    assert curve["value"].tolist() == [0.1, 0.2]
 
 
 def test_a_ceiling_adds_each_rows_share_of_it() -> None:

@@ -114,6 +114,7 @@ class EpochLog(Callback):
             self._record(
                 trainer,
                 val_seconds=time.perf_counter() - self._stretch_start - self._train_seconds,
+                validated=True,
             )
             self._start_stretch()
 
@@ -121,23 +122,26 @@ class EpochLog(Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._batches:  # trained since the last row: the epoch did not end with validation
             self._train_seconds = time.perf_counter() - self._stretch_start
-            self._record(trainer, val_seconds=0.0)
+            self._record(trainer, val_seconds=0.0, validated=False)
             self._start_stretch()
 
-    def _record(self, trainer: L.Trainer, val_seconds: float) -> None:
+    def _record(self, trainer: L.Trainer, val_seconds: float, validated: bool) -> None:
+        # The trainer keeps the last validation's metrics: only a row that ends with a
+        # validation carries them.
         row = {
             "epoch": float(trainer.current_epoch),
             "train_seconds": self._train_seconds,
             "val_seconds": val_seconds,
             "train/loss": self._loss_sum / max(self._loss_count, 1),
         }
-        row.update(
-            {
-                name: float(value)
-                for name, value in trainer.callback_metrics.items()
-                if name.startswith("val/")
-            }
-        )
+        if validated:
+            row.update(
+                {
+                    name: float(value)
+                    for name, value in trainer.callback_metrics.items()
+                    if name.startswith("val/")
+                }
+            )
         self.rows.append(row)
         if trainer.is_global_zero:
             self._write()

@@ -259,6 +259,7 @@ def _val_curves(ax: Axes, epochs: pd.DataFrame) -> None:
     seen: set[str] = set()
     for (label, _), run in epochs.groupby(["label", "path"], sort=True):
         linestyle, marker = styles[label]
+        run = run.dropna(subset=["quality"])  # rows of an epoch that ended without validation
         ax.plot(
             run["elapsed"],
             run["quality"],

@@ -102,11 +102,12 @@ def read_curves(spec: TableSpec, runs_csv: Path) -> pd.DataFrame | None:
 
 
 def run_curve(spec: TableSpec, run: PlannedRun) -> pd.DataFrame:
-    """One run's curve: per epoch, the minutes since it started (training plus validation) and
-    the spec's ``validation`` metric."""
+    """One run's curve: per validation, the minutes since it started (training plus validation)
+    and the spec's ``validation`` metric (rows of ``epochs.csv`` without a validation only add
+    their time)."""
     epochs = pd.read_csv(run.folder / EPOCHS_FILE)
     seconds = (epochs["train_seconds"] + epochs["val_seconds"].fillna(0.0)).cumsum()
-    return pd.DataFrame(
+    curve = pd.DataFrame(
         {
             "row": run.row.name,
             "seed": run.seed,
@@ -115,6 +116,7 @@ def run_curve(spec: TableSpec, run: PlannedRun) -> pd.DataFrame:
             "value": epochs[spec.validation],
         }
     )
+    return curve.dropna(subset=["value"]).reset_index(drop=True)
 
 
 def collect_curves(spec: TableSpec, runs: list[PlannedRun], path: Path) -> pd.DataFrame:
