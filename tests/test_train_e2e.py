@@ -92,6 +92,7 @@ def test_validation_inside_epochs_writes_a_row_per_validation(compose_config, tm
     assert results["seconds_per_epoch"] == pytest.approx(sum(per_epoch) / 2)
     assert results["epochs_run"] == 2 and results["best_epoch"] in (0, 1)
 
+
 def _run_train(
     *overrides: str, multirun: bool = False, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
