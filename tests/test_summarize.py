@@ -365,6 +365,7 @@ def test_time_to_quality_times_each_share_of_the_exact_softmaxs_best() -> None:
                 "sampler": sampler,
                 "label": sampler,
                 "path": path,
+                "epoch": range(len(elapsed)),
                 "elapsed": elapsed,
                 "quality": values,
             }
@@ -400,6 +401,23 @@ def test_time_to_quality_times_each_share_of_the_exact_softmaxs_best() -> None:
     )
 
 
+def test_time_to_quality_counts_epochs_not_validations() -> None:
+    # Validated twice an epoch: four rows, two epochs of 10 s each.
+    epochs = pd.DataFrame(
+        {
+            "dataset": "d",
+            "model": "m",
+            "sampler": "full",
+            "label": "full",
+            "path": "a",
+            "epoch": [0, 0, 1, 1],
+            "elapsed": [5.0, 10.0, 15.0, 20.0],
+            "quality": [0.5, 0.7, 0.9, 1.0],
+        }
+    )
+    assert time_to_quality(epochs).loc[0, "s per epoch"] == pytest.approx(10.0)
+
+
 def test_time_to_quality_lists_the_frontier_first() -> None:
     def run(label: str, values: list[float]) -> pd.DataFrame:
         return pd.DataFrame(
@@ -409,6 +427,7 @@ def test_time_to_quality_lists_the_frontier_first() -> None:
                 "sampler": label,
                 "label": label,
                 "path": label,
+                "epoch": range(len(values)),
                 "elapsed": [1.0, 2.0, 3.0][: len(values)],
                 "quality": values,
             }
@@ -443,6 +462,7 @@ def test_time_to_quality_leaves_out_panels_without_the_exact_softmax() -> None:
             "sampler": "midx",
             "label": "midx",
             "path": "a",
+            "epoch": [0],
             "elapsed": [1.0],
             "quality": [0.5],
         }

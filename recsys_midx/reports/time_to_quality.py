@@ -36,7 +36,8 @@ def time_to_quality(
     Args:
         epochs: per-epoch rows of every run, as
             :func:`~recsys_midx.reports.summary_plots.epoch_rows` gives them (columns
-            ``dataset``, ``model``, ``sampler``, ``label``, ``path``, ``elapsed``, ``metric``).
+            ``dataset``, ``model``, ``sampler``, ``label``, ``path``, ``epoch``, ``elapsed``,
+            ``metric``; a run validating inside its epochs has several rows an epoch).
         fractions: shares of the reference to time.
         metric: the column of the validation metric; ``quality`` is the one each run's task
             monitors. Where that is perplexity (lower is better), a share ``f`` is reached at
@@ -55,8 +56,8 @@ def time_to_quality(
 
     Example:
         >>> epochs = pd.DataFrame({"dataset": "d", "model": "m", "sampler": ["full"] * 2,
-        ...                        "label": "full", "path": "a", "elapsed": [10.0, 20.0],
-        ...                        "quality": [0.5, 1.0]})
+        ...                        "label": "full", "path": "a", "epoch": [0, 1],
+        ...                        "elapsed": [10.0, 20.0], "quality": [0.5, 1.0]})
         >>> time_to_quality(epochs, fractions=[0.9])["s to 0.9"].tolist()
         [20.0]
     """
@@ -73,7 +74,8 @@ def time_to_quality(
             mean_best = sum(best_of(run[metric], lower) for run in runs) / len(runs)
             row["best share"] = share_of(mean_best, reference, lower)
             # ``elapsed`` is cumulative, so its last value over the epoch count is the mean epoch.
-            row["s per epoch"] = sum(run["elapsed"].iloc[-1] for run in runs) / sum(map(len, runs))
+            epochs_run = sum(run["epoch"].nunique() for run in runs)
+            row["s per epoch"] = sum(run["elapsed"].iloc[-1] for run in runs) / epochs_run
             for fraction in fractions:
                 firsts = [
                     run.loc[reached(run[metric], reference, fraction, lower), "elapsed"].min()
