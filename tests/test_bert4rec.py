@@ -332,7 +332,7 @@ def test_recommend_and_export_ask_at_the_appended_mask(tmp_path: Path) -> None:
     meta = json.loads(export_items(run, tmp_path / "export").read_text())
     served = torch.jit.load(str(tmp_path / "export" / meta["encoder"]))
     histories = run.histories(run.users.internal(users))
-    queries, _ = history_queries(run, histories)
+    queries = history_queries(run, histories).queries
     padded = torch.zeros(len(histories), max_len, dtype=torch.long)
     for row, history in enumerate(histories):
         tail = torch.from_numpy(history[-max_len:])

@@ -64,7 +64,7 @@ def test_faiss_top_k_equals_exact_top_k_of_the_item_table(run: LoadedRun, tmp_pa
     np.testing.assert_array_equal(np.stack(items["embedding"].to_numpy()), table)
 
     users = ["user-000", "user-011", "user-025", "user-059"]
-    queries, log_weights = history_queries(run, run.histories(run.users.internal(users)))
+    queries, log_weights, _ = history_queries(run, run.histories(run.users.internal(users)))
     assert log_weights is None
     queries = queries.numpy()
     index = faiss.read_index(str(tmp_path / meta["index"]))
@@ -205,7 +205,7 @@ def test_exported_encoder_reproduces_the_query_vectors(
     encoder = torch.jit.load(str(tmp_path / meta["encoder"]))
     # Every user, with histories shorter and longer than max_len.
     histories = loaded.histories(loaded.all_user_ids())
-    expected, _ = history_queries(loaded, histories)
+    expected = history_queries(loaded, histories).queries
     max_len = meta["max_len"]
     padded = torch.zeros(len(histories), max_len, dtype=torch.long)
     for row, history in enumerate(histories):

@@ -17,6 +17,7 @@ from recsys_midx.heads import (
     Head,
     MoEHead,
     MoSHead,
+    MoSPLIFHead,
     PLIFFunction,
     PLIFHead,
     SigSoftmaxHead,
@@ -38,7 +39,7 @@ from recsys_midx.metrics import target_ranks, top_labels
 from recsys_midx.models import SASRec
 from recsys_midx.negatives import draw_mixture_negatives, draw_negatives
 from recsys_midx.samplers import MIDXSampler, UniformSampler
-from recsys_midx.scoring import ranking_queries
+from recsys_midx.scoring import catalog_scores, log_probs, ranking_queries
 
 NUM_ITEMS = 40
 DIM = 5
@@ -67,6 +68,14 @@ def _random_plif(
     return head
 
 
+def _random_mos_plif(temperature: float = 1.0) -> MoSPLIFHead:
+    """A mixture of three softmaxes whose PLIF is far from the identity."""
+    head = MoSPLIFHead(DIM, num_components=3, num_knots=12, bound=3.0, temperature=temperature)
+    with torch.no_grad():
+        head.plif.raw_slopes.copy_(_random_plif().raw_slopes)
+    return head
+
+
 def _heads(temperature: float = 1.0) -> dict[str, Head]:
     torch.manual_seed(0)
     return {
@@ -74,6 +83,7 @@ def _heads(temperature: float = 1.0) -> dict[str, Head]:
         "sigsoftmax": SigSoftmaxHead(temperature),
         "plif": _random_plif(temperature=temperature),
         "mos": MoSHead(DIM, num_components=3, temperature=temperature),
+        "mos_plif": _random_mos_plif(temperature),
         "moe": MoEHead(DIM, num_experts=3, activation="tanh", temperature=temperature),
     }
 
@@ -140,8 +150,8 @@ def test_monotone_heads_keep_rankings(name: str) -> None:
     assert bool((ordered.diff() > 0).all()), "the transform must be strictly increasing"
     # Evaluation ranks by the plain query, which the head returns unchanged.
     query, item_emb, _ = _problem()
-    queries, log_weights = ranking_queries(head, query, item_emb)
-    assert queries is query and log_weights is None
+    queries, log_weights, transform = ranking_queries(head, query, item_emb)
+    assert queries is query and log_weights is None and transform is None
 
 
 def test_plif_gradcheck_in_float64() -> None:
@@ -213,7 +223,7 @@ def test_mos_queries_and_prior() -> None:
     torch.testing.assert_close(log_prior.exp().sum(1), torch.ones(4))
 
 
-@pytest.mark.parametrize("name", ["sigsoftmax", "plif", "mos", "moe"])
+@pytest.mark.parametrize("name", ["sigsoftmax", "plif", "mos", "mos_plif", "moe"])
 def test_exact_loss_matches_a_dense_reference_with_gradients(name: str) -> None:
     head = _heads(temperature=0.7)[name].double()
     query, item_emb, targets = _problem(torch.float64)
@@ -230,7 +240,7 @@ def test_exact_loss_matches_a_dense_reference_with_gradients(name: str) -> None:
         torch.testing.assert_close(actual, wanted)
 
 
-@pytest.mark.parametrize("name", ["sigsoftmax", "plif", "mos"])
+@pytest.mark.parametrize("name", ["sigsoftmax", "plif", "mos", "mos_plif"])
 def test_multilabel_exact_loss_matches_a_dense_reference(name: str) -> None:
     head = _heads()[name].double()
     query, item_emb, _ = _problem(torch.float64, num_queries=4)
@@ -256,7 +266,7 @@ def test_multilabel_exact_loss_matches_a_dense_reference(name: str) -> None:
         torch.testing.assert_close(actual, wanted)
 
 
-@pytest.mark.parametrize("name", ["plif", "mos"])
+@pytest.mark.parametrize("name", ["plif", "mos", "mos_plif"])
 def test_exact_loss_keeps_no_catalog_sized_scores_for_backward(name: str) -> None:
     head = _heads()[name]
     num_items, num_queries, chunk_size = 3000, 16, 64
@@ -287,7 +297,7 @@ def test_exact_loss_keeps_no_catalog_sized_scores_for_backward(name: str) -> Non
     assert all(p.grad is not None and p.grad.isfinite().all() for p in head.parameters())
 
 
-@pytest.mark.parametrize("name", ["mos", "plif"])
+@pytest.mark.parametrize("name", ["mos", "mos_plif", "plif"])
 def test_sampled_loss_over_the_whole_catalog_drawn_uniformly_is_exact(name: str) -> None:
     head = _heads()[name].double()
     query, item_emb, targets = _problem(torch.float64)
@@ -362,17 +372,19 @@ def test_mos_sampled_loss_through_the_objective_uses_shared_negatives() -> None:
 # --- evaluation -----------------------------------------------------------------------------
 
 
-def test_mos_evaluation_ranks_and_predicts_by_the_mixture() -> None:
-    torch.manual_seed(0)
-    head = MoSHead(DIM, num_components=3, temperature=0.5)
+@pytest.mark.parametrize("name", ["mos", "mos_plif"])
+def test_mixture_evaluation_ranks_and_predicts_by_the_mixture(name: str) -> None:
+    head = _heads(temperature=0.5)[name]
     query, item_emb, targets = _problem(num_queries=12)
     query, item_emb = query.detach() * 3, item_emb.detach() * 2
-    queries, log_weights = ranking_queries(head, query, item_emb, chunk_size=8)
+    queries, log_weights, transform = ranking_queries(head, query, item_emb, chunk_size=8)
     log_p = _dense_log_probs(head, query, item_emb, 0.5).detach()
-    ranks = target_ranks(queries, item_emb, targets, chunk_size=9, log_weights=log_weights)
+    ranks = target_ranks(
+        queries, item_emb, targets, chunk_size=9, log_weights=log_weights, transform=transform
+    )
     target_log_p = log_p[torch.arange(12), targets - 1]
     assert torch.equal(ranks, (log_p > target_log_p[:, None]).sum(1))
-    _, top_ids = top_labels(queries, item_emb, 5, chunk_size=9, log_weights=log_weights)
+    _, top_ids = top_labels(queries, item_emb, 5, 9, log_weights, transform)
     assert torch.equal(top_ids, log_p.topk(5, dim=1).indices + 1)
     # The plain scores of any single component rank differently.
     assert not torch.equal(ranks, target_ranks(queries[:, 0], item_emb, targets))
@@ -380,19 +392,49 @@ def test_mos_evaluation_ranks_and_predicts_by_the_mixture() -> None:
         target_ranks(queries, item_emb, targets)
 
 
+def test_mos_plif_ranks_by_its_exact_log_probabilities_which_the_transform_changes() -> None:
+    head = _random_mos_plif(temperature=0.5)
+    query, item_emb, _ = _problem(num_queries=12)
+    query, item_emb = query.detach() * 3, item_emb.detach() * 2
+    ranking = ranking_queries(head, query, item_emb, chunk_size=8)
+    assert ranking.transform is not None
+    scores = catalog_scores(ranking.queries, item_emb[1:], ranking.log_weights, ranking.transform)
+    exact = log_probs(head, query, item_emb, torch.arange(1, NUM_ITEMS + 1))
+    torch.testing.assert_close(scores, exact)
+    # Inside the mixture's log-sum-exp the increasing transform does reorder the catalog.
+    plain = catalog_scores(ranking.queries, item_emb[1:], ranking.log_weights)
+    assert not torch.equal(plain.argsort(dim=1), scores.argsort(dim=1))
+
+
+def test_mos_plif_starts_as_the_plain_mixture_and_trains_as_one_head() -> None:
+    torch.manual_seed(0)
+    head = MoSPLIFHead(DIM, num_components=3, lr=0.1)
+    mos = MoSHead(DIM, num_components=3)
+    mos.load_state_dict(head.state_dict(), strict=False)
+    query, item_emb, _ = _problem()
+    ids = torch.arange(1, NUM_ITEMS + 1)
+    torch.testing.assert_close(
+        log_probs(head, query, item_emb, ids), log_probs(mos, query, item_emb, ids)
+    )
+    # The slopes train with the rest of the head, at its learning rate.
+    model = torch.nn.ModuleDict({"encoder": torch.nn.Linear(2, 2), "head": head})
+    groups = optimizer_param_groups(model)
+    assert [len(group["params"]) for group in groups] == [2, 5] and groups[1]["lr"] == 0.1
+
+
 def test_single_query_heads_rank_by_their_query() -> None:
     query, item_emb, _ = _problem()
     assert ranking_queries(DotHead(), query, item_emb)[0] is query
     moe = MoEHead(DIM, 2)
-    projected, log_weights = ranking_queries(moe, query, item_emb)
-    assert log_weights is None
+    projected, log_weights, transform = ranking_queries(moe, query, item_emb)
+    assert log_weights is None and transform is None
     torch.testing.assert_close(projected, moe.queries(query)[0])
 
 
 # --- robustness -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["dot", "sigsoftmax", "plif", "mos", "moe"])
+@pytest.mark.parametrize("name", ["dot", "sigsoftmax", "plif", "mos", "mos_plif", "moe"])
 @pytest.mark.parametrize("autocast", [False, True])
 def test_heads_stay_finite_for_large_norms_and_under_bf16_autocast(name: str, autocast: bool):
     head = _heads()[name]
@@ -462,6 +504,8 @@ def test_heads_reject_bad_arguments() -> None:
         (lambda: MoEHead(DIM, activation="gelu"), "activation"),
         (lambda: MoEHead(DIM, gate="top1"), "gate"),
         (lambda: MoSHead(DIM, temperature=0.0), "temperature"),
+        (lambda: MoSPLIFHead(DIM, num_knots=0), "num_knots"),
+        (lambda: MoSPLIFHead(DIM, bound=float("inf")), "bound"),
     ):
         with pytest.raises(ValueError, match=match):
             make()

@@ -16,6 +16,7 @@ HEADS = {
     "sigsoftmax": "SigSoftmaxHead",
     "plif": "PLIFHead",
     "mos": "MoSHead",
+    "mos_plif": "MoSPLIFHead",
     "moe": "MoEHead",
 }
 #: The shared few steps, with a small proposal diagnostic.
@@ -38,7 +39,7 @@ def test_every_head_trains_on_both_tasks(compose_config, tmp_path, head, task, s
     state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
     head_state = {k: v for k, v in state["state_dict"].items() if k.startswith("head.")}
     # Learned heads are part of the checkpoint; the dot product and sigsoftmax have no state.
-    assert bool(head_state) == (head in ("plif", "mos", "moe"))
+    assert bool(head_state) == (head in ("plif", "mos", "mos_plif", "moe"))
     assert all(bool(value.isfinite().all()) for value in head_state.values())
 
 

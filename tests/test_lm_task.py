@@ -109,9 +109,10 @@ def test_the_training_state_is_carried_detached_and_reset_each_epoch() -> None:
         ["sampler=uniform"],
         ["sampler=full", "head=mos", "head.num_components=2"],
         ["sampler=full", "head=plif"],
+        ["sampler=full", "head=mos_plif", "head.num_components=2", "head.num_knots=200"],
         ["sampler=full", "model=sasrec", "model.max_len=20", "task.module.optimizer.lr=0.5"],
     ],
-    ids=["exact", "midx", "uniform", "mos", "plif", "transformer"],
+    ids=["exact", "midx", "uniform", "mos", "plif", "mos_plif", "transformer"],
 )
 def test_a_language_model_learns_the_corpus(compose_config, tmp_path, overrides) -> None:
     results = train(compose_config([*TINY_LM_RUN, *overrides]))

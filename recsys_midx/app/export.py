@@ -238,7 +238,7 @@ def _measured_queries(
         users = np.sort(np.random.default_rng(0).choice(users, measured_users, replace=False))
     histories = run.histories(users)
     batches = [
-        history_queries(run, histories[first : first + 256])[0].float().cpu().numpy()
+        history_queries(run, histories[first : first + 256]).queries.float().cpu().numpy()
         for first in range(0, len(histories), 256)
     ]
     return np.concatenate(batches), "user histories"

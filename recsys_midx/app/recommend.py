@@ -27,12 +27,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from torch import Tensor
 
 from recsys_midx.app.trained import LoadedRun, RunLike, UnknownIdsError, as_loaded_run
 from recsys_midx.data.train_samples import left_padded_windows
 from recsys_midx.lit.seqrec import SeqRecModule
 from recsys_midx.metrics import top_labels
+from recsys_midx.scoring import RankingQueries
 
 __all__ = ["COLUMNS", "history_queries", "main", "recommend", "recommendation_batches"]
 
@@ -58,8 +58,8 @@ def recommend(
     ranking_queries`, the order the evaluation ranks by): for a single-query head the dot
     product of the (head-projected) query with the item vector, which any increasing logit
     transform (sigsoftmax, PLIF) and the temperature leave in the same order; for a mixture of
-    softmaxes (``head=mos``) the log-probability. Scores are comparable within one run, not
-    probabilities.
+    softmaxes (``head=mos``, ``head=mos_plif``) the log-probability. Scores are comparable
+    within one run, not probabilities.
 
     Args:
         run: a run folder of ``train.py`` or a run from :func:`~recsys_midx.app.trained.load_run`
@@ -178,8 +178,8 @@ def _frames(
     """Recommendations of ``batch_size`` users at a time (:func:`recommendation_batches`)."""
     for first in range(0, len(sequences), batch_size):
         batch = sequences[first : first + batch_size]
-        queries, log_weights = history_queries(run, batch, chunk_size)
-        scores, ids = _top_items(queries, log_weights, run, batch, k, exclude_seen, chunk_size)
+        ranking = history_queries(run, batch, chunk_size)
+        scores, ids = _top_items(ranking, run, batch, k, exclude_seen, chunk_size)
         rows, ranks = np.nonzero(ids > 0)
         yield pd.DataFrame(
             {
@@ -204,7 +204,7 @@ def _empty_frame() -> pd.DataFrame:
 @torch.no_grad()
 def history_queries(
     run: LoadedRun, histories: Sequence[np.ndarray], chunk_size: int = 65536
-) -> tuple[Tensor, Tensor | None]:
+) -> RankingQueries:
     """The ranking queries of internal-id histories, as the evaluation computes them.
 
     Each history is cut to its last ``max_len`` items (left-padded), encoded, and passed through
@@ -216,12 +216,13 @@ def history_queries(
         chunk_size: items scored at once where the head needs catalog normalisers (MoS).
 
     Returns:
-        ``(queries, log_weights)``: ``[B, D]`` and ``None``, or ``[B, K, D]`` and ``[B, K]`` for a
-        mixture, ready for :func:`~recsys_midx.metrics.top_labels`.
+        :class:`~recsys_midx.scoring.RankingQueries`: ``[B, D]`` queries, or ``[B, K, D]`` queries
+        with ``[B, K]`` log-weights (and a transform) for a mixture, ready for
+        :func:`~recsys_midx.metrics.top_labels`.
 
     Example:
         ```python
-        queries, _ = history_queries(run, run.histories(run.users.internal(["u1"])))
+        queries = history_queries(run, run.histories(run.users.internal(["u1"]))).queries
         ```
     """
     lengths = np.fromiter((len(h) for h in histories), dtype=np.int64, count=len(histories))
@@ -261,8 +262,7 @@ def _requests(
 
 
 def _top_items(
-    queries: Tensor,
-    log_weights: Tensor | None,
+    ranking: RankingQueries,
     run: LoadedRun,
     histories: Sequence[np.ndarray],
     k: int,
@@ -276,7 +276,12 @@ def _top_items(
     extra = max((len(s) for s in seen), default=0)
     width = min(k + extra, num_items)
     scores_t, ids_t = top_labels(
-        queries, run.module.encoder.item_table, width, chunk_size, log_weights
+        ranking.queries,
+        run.module.encoder.item_table,
+        width,
+        chunk_size,
+        ranking.log_weights,
+        ranking.transform,
     )
     scores, ids = scores_t.cpu().numpy(), ids_t.cpu().numpy()
     if not exclude_seen:

@@ -4,6 +4,7 @@ from .base import Head, HeadOutput, optimizer_param_groups
 from .dot import DotHead
 from .moe import MoEHead
 from .mos import MoSHead
+from .mos_plif import MoSPLIFHead
 from .plif import PLIFFunction, PLIFHead
 from .sigsoftmax import SigSoftmaxHead
 
@@ -13,6 +14,7 @@ __all__ = [
     "HeadOutput",
     "MoEHead",
     "MoSHead",
+    "MoSPLIFHead",
     "PLIFFunction",
     "PLIFHead",
     "SigSoftmaxHead",

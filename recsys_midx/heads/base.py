@@ -17,8 +17,8 @@ The head also defines the score function ``s(z, v) = z . v / temperature``: call
 With scores ``f(s_k(i))`` of component ``k`` the model is
 ``log p(i | h) = logsumexp_k(log pi_k + f(s_k(i)) - log sum_j exp f(s_k(j)))``; a single query
 means ``K = 1`` and ``log pi = 0``. The base class is the identity on both sides, which is the
-plain dot-product softmax; subclasses override one side (no head of the toolkit does both, and
-:func:`~recsys_midx.scoring.ranking_queries` relies on it).
+plain dot-product softmax; subclasses override one side or both (MoS with PLIF, whose transform
+then changes the ranking: :func:`~recsys_midx.scoring.ranking_queries`).
 
 A head may train at its own learning rate (``lr``): :func:`optimizer_param_groups` puts its
 parameters in their own optimiser parameter group.

@@ -32,7 +32,7 @@ from recsys_midx.protocols import (
     Objective,
     RefreshableIndex,
 )
-from recsys_midx.scoring import ranking_queries
+from recsys_midx.scoring import RankingQueries, ranking_queries
 
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 
@@ -96,9 +96,9 @@ class CatalogModule(L.LightningModule, abc.ABC):
         ...     def training_step(self, batch, batch_idx):
         ...         return self.objective(self.encode(batch), batch["y"])
         ...     def update_metrics(self, metrics, batch):
-        ...         queries, log_weights = self.ranking_queries(self.encode(batch), 8192)
+        ...         queries, log_weights, transform = self.ranking_queries(self.encode(batch), 8192)
         ...         metrics.update(target_ranks(queries, self.encoder.item_table, batch["y"],
-        ...                                     log_weights=log_weights))
+        ...                                     log_weights=log_weights, transform=transform))
     """
 
     #: Whether its training batches hold sequences (windows) a negatives strategy may read:
@@ -230,20 +230,20 @@ class CatalogModule(L.LightningModule, abc.ABC):
         return self.head.sampler_queries(queries.float())
 
     @torch.no_grad()
-    def ranking_queries(self, query: Tensor, chunk_size: int) -> tuple[Tensor, Tensor | None]:
+    def ranking_queries(self, query: Tensor, chunk_size: int) -> RankingQueries:
         """Queries (and mixture log-weights) that rank the catalog as the model does.
 
         The head decides (:func:`~recsys_midx.scoring.ranking_queries`): the query itself for the
         dot product and for increasing logit transforms, the projected query for MoE, component
-        queries and log-weights for MoS.
+        queries and log-weights for MoS (with the transform for MoS with PLIF).
 
         Args:
             query: ``[B, D]`` encoder outputs.
             chunk_size: items scored at once where the head needs catalog normalisers.
 
         Returns:
-            ``(queries, log_weights)`` for :func:`~recsys_midx.metrics.target_ranks` and
-            :func:`~recsys_midx.metrics.top_labels`.
+            :class:`~recsys_midx.scoring.RankingQueries` for
+            :func:`~recsys_midx.metrics.target_ranks` and :func:`~recsys_midx.metrics.top_labels`.
         """
         return ranking_queries(self.head, query, self.encoder.item_table, chunk_size)
 

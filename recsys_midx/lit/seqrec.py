@@ -148,7 +148,9 @@ class SeqRecModule(CatalogModule):
     def update_metrics(self, metrics: RankingMetrics, batch: dict[str, Tensor]) -> None:
         """Rank each user's target against the whole catalog (history excluded if asked), by
         the model's scores (:meth:`ranking_queries`)."""
-        queries, log_weights = self.ranking_queries(self.encode(batch), self.eval_chunk_size)
+        queries, log_weights, transform = self.ranking_queries(
+            self.encode(batch), self.eval_chunk_size
+        )
         ranks = target_ranks(
             queries,
             self.encoder.item_table,
@@ -156,5 +158,6 @@ class SeqRecModule(CatalogModule):
             batch["history"] if self.exclude_seen else None,
             chunk_size=self.eval_chunk_size,
             log_weights=log_weights,
+            transform=transform,
         )
         metrics.update(ranks)

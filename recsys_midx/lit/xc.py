@@ -140,8 +140,15 @@ class XCModule(CatalogModule):
     def update_metrics(self, metrics: XCMetrics, batch: dict[str, Any]) -> None:
         """Predict each point's top labels over the whole label set, by the model's scores
         (:meth:`ranking_queries`), and score them."""
-        queries, log_weights = self.ranking_queries(self.encode(batch), self.eval_chunk_size)
+        queries, log_weights, transform = self.ranking_queries(
+            self.encode(batch), self.eval_chunk_size
+        )
         _, top_ids = top_labels(
-            queries, self.encoder.item_table, metrics.max_k, self.eval_chunk_size, log_weights
+            queries,
+            self.encoder.item_table,
+            metrics.max_k,
+            self.eval_chunk_size,
+            log_weights,
+            transform,
         )
         metrics.update(top_ids, batch["labels"], self.inv_propensity)

@@ -24,7 +24,7 @@ import torch
 import torchmetrics
 from torch import Tensor
 
-from recsys_midx.scoring import catalog_chunks, catalog_scores, check_mixture
+from recsys_midx.scoring import Transform, catalog_chunks, catalog_scores, check_mixture
 
 __all__ = [
     "RankingMetrics",
@@ -95,6 +95,7 @@ def target_ranks(
     exclude: Tensor | None = None,
     chunk_size: int = 65536,
     log_weights: Tensor | None = None,
+    transform: Transform | None = None,
 ) -> Tensor:
     """0-based full-catalog rank of each query's target, with the user's history excluded.
 
@@ -122,6 +123,8 @@ def target_ranks(
             (``K`` times that for a mixture).
         log_weights: ``[B, K]`` mixture log-weights when ``query`` holds ``K`` queries per row
             ``[B, K, D]``; items are then scored by :func:`~recsys_midx.scoring.catalog_scores`.
+        transform: the pointwise transform of the scores inside a mixture
+            (:class:`~recsys_midx.scoring.RankingQueries`), ``None`` for the identity.
 
     Returns:
         ``[B]`` int64 ranks on the device of ``query``: the number of competing items, neither
@@ -183,7 +186,7 @@ def target_ranks(
         width = items.shape[0]
         vectors = torch.cat((items, target_vecs))
         vectors = vectors.to(device=device, dtype=torch.float32)
-        scores = catalog_scores(query, vectors, log_weights)  # [B, width + B]
+        scores = catalog_scores(query, vectors, log_weights, transform)  # [B, width + B]
         target_score = scores[diagonal, width + diagonal].unsqueeze(1)
         scores = scores[:, :width]
         # int32 partial sums (exact below 2**31 items per chunk) make the bool reduction faster.

@@ -28,7 +28,7 @@ import torch
 import torchmetrics
 from torch import Tensor
 
-from recsys_midx.scoring import catalog_chunks, catalog_scores, check_mixture
+from recsys_midx.scoring import Transform, catalog_chunks, catalog_scores, check_mixture
 
 __all__ = ["XCMetrics", "inverse_propensities", "top_labels", "xc_metric_names", "xc_metrics"]
 
@@ -109,6 +109,7 @@ def top_labels(
     k: int,
     chunk_size: int = 65536,
     log_weights: Tensor | None = None,
+    transform: Transform | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The ``k`` best-scoring labels of each query over labels ``1..L``, scored in chunks.
 
@@ -124,6 +125,8 @@ def top_labels(
         log_weights: ``[B, K]`` mixture log-weights when ``query`` holds ``K`` queries per row
             ``[B, K, D]``; labels are then scored by
             :func:`~recsys_midx.scoring.catalog_scores`.
+        transform: the pointwise transform of the scores inside a mixture
+            (:class:`~recsys_midx.scoring.RankingQueries`), ``None`` for the identity.
 
     Returns:
         ``scores`` ``[B, k]`` (float32, descending) and ``ids`` ``[B, k]`` (int64, in ``1..L``).
@@ -154,7 +157,8 @@ def top_labels(
     best_ids = torch.zeros((query.shape[0], 0), dtype=torch.long, device=device)
     for first, labels in catalog_chunks(item_emb, chunk_size):
         chunk = labels.to(device=device, dtype=torch.float32)
-        scores = catalog_scores(query, chunk, log_weights).nan_to_num_(nan=float("-inf"))
+        scores = catalog_scores(query, chunk, log_weights, transform)
+        scores = scores.nan_to_num_(nan=float("-inf"))
         chunk_scores, chunk_ids = scores.topk(min(k, scores.shape[1]), dim=1)
         merged_scores = torch.cat((best_scores, chunk_scores), dim=1)
         merged_ids = torch.cat((best_ids, chunk_ids + first), dim=1)

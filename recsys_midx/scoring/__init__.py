@@ -3,7 +3,8 @@
 The normalisers over all items, computed in chunks so that memory stays ``O(Q * chunk_size)`` in
 forward and backward (:func:`catalog_logsumexp` for the dot product, :func:`head_logsumexp` for
 a head's transformed scores and mixture components); the mixtures of softmaxes
-(:func:`as_components`, :func:`mixture_log_prob`, :func:`catalog_scores`); and a head's model
+(:func:`as_components`, :func:`mixture_log_prob`, :class:`RankingQueries`,
+:func:`catalog_scores`); and a head's model
 over the catalog (:func:`ranking_queries` for evaluation and inference, :func:`log_probs` for
 the diagnostics); the row lookups of a table whose gradient may be sparse (:func:`lookup_rows`);
 and the row blocks that bound a computation's memory (:func:`row_chunks`, and
@@ -21,11 +22,18 @@ from .logsumexp import (
     head_logsumexp,
     softmax_weights_,
 )
-from .mixtures import as_components, catalog_scores, check_mixture, mixture_log_prob
+from .mixtures import (
+    RankingQueries,
+    as_components,
+    catalog_scores,
+    check_mixture,
+    mixture_log_prob,
+)
 from .rows import catalog_chunks, has_sparse_rows, lookup_rows, mark_sparse_rows, row_chunks
 
 __all__ = [
     "ExcludedItems",
+    "RankingQueries",
     "Transform",
     "as_components",
     "catalog_chunks",

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .logsumexp import head_logsumexp
-from .mixtures import as_components, mixture_log_prob
+from .mixtures import RankingQueries, as_components, mixture_log_prob
 
 if TYPE_CHECKING:
     # Only for the annotations: the heads sit above catalog scoring and never import it back.
@@ -24,16 +24,18 @@ if TYPE_CHECKING:
 @torch.no_grad()
 def ranking_queries(
     head: Head, query: Tensor, item_emb: Tensor, chunk_size: int = 32768
-) -> tuple[Tensor, Tensor | None]:
+) -> RankingQueries:
     """Queries whose scores rank the catalog as the model's probabilities do, for evaluation.
 
     A single query ranks items by its dot product whatever the temperature and whatever
     increasing transform the head applies (sigsoftmax, PLIF), so it is returned unscaled (for the
     plain dot product, ``query`` itself). A mixture of softmaxes ranks by
-    ``log p(i) = logsumexp_k(log pi_k - lse_k + z_k . v_i)``: its scaled component queries are
+    ``log p(i) = logsumexp_k(log pi_k - lse_k + f(z_k . v_i))``: its scaled component queries are
     returned with log-weights ``log pi_k - lse_k``, the component normalisers computed over the
-    whole catalog in chunks. :func:`~recsys_midx.metrics.target_ranks` and
-    :func:`~recsys_midx.metrics.top_labels` take both.
+    whole catalog in chunks, and with the head's transform ``f`` when it has one (MoS with PLIF),
+    since inside the log-sum-exp an increasing ``f`` changes the order.
+    :func:`~recsys_midx.metrics.target_ranks` and :func:`~recsys_midx.metrics.top_labels` take
+    all three.
 
     Args:
         head: the model's output head.
@@ -42,28 +44,23 @@ def ranking_queries(
         chunk_size: items scored at once for the normalisers.
 
     Returns:
-        ``(queries, None)`` with ``queries`` ``[B, D]``, or ``[B, K, D]`` queries and ``[B, K]``
-        log-weights.
-
-    Raises:
-        NotImplementedError: for a head with several queries that also transforms scores.
+        :class:`~recsys_midx.scoring.RankingQueries`: ``[B, D]`` queries alone, or ``[B, K, D]``
+        queries with ``[B, K]`` log-weights (and the transform, if any).
 
     Example:
         >>> from recsys_midx.heads import MoSHead
-        >>> queries, log_weights = ranking_queries(MoSHead(dim=4, num_components=2),
-        ...                                        torch.randn(3, 4), torch.randn(11, 4))
-        >>> queries.shape, log_weights.shape
-        (torch.Size([3, 2, 4]), torch.Size([3, 2]))
+        >>> ranking = ranking_queries(MoSHead(dim=4, num_components=2),
+        ...                           torch.randn(3, 4), torch.randn(11, 4))
+        >>> ranking.queries.shape, ranking.log_weights.shape, ranking.transform
+        (torch.Size([3, 2, 4]), torch.Size([3, 2]), None)
     """
     queries, log_prior = head.queries(query)
     if queries.dim() == 2:
-        return queries, None
-    if head.transforms_logits:
-        # Mixture scores are log-sum-exps of dot products: a transform would not fit them.
-        raise NotImplementedError(f"{head} both transforms scores and has several queries")
+        return RankingQueries(queries)
     z = queries.float() / head.temperature
     lse = head_logsumexp(z, item_emb, head.transform, chunk_size)
-    return z, log_prior.float() - lse
+    transform = head.transform if head.transforms_logits else None
+    return RankingQueries(z, log_prior.float() - lse, transform)
 
 
 def log_probs(

@@ -1,5 +1,5 @@
 """Several queries per context: the component view of a head's queries, the log-probability of
-a mixture of softmaxes, and the scores that rank items by it.
+a mixture of softmaxes, and the queries and scores that rank items by it.
 
 A head with ``K`` queries per context models
 ``log p(i) = logsumexp_k(log pi_k + log p_k(i))``; a head with one query is the case ``K = 1``,
@@ -8,8 +8,30 @@ which every function here accepts as well.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, NamedTuple
+
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    # Only for the annotations: logsumexp imports this module.
+    from .logsumexp import Transform
+
+
+class RankingQueries(NamedTuple):
+    """What ranks the catalog as a model's probabilities do (:func:`catalog_scores` of them).
+
+    Attributes:
+        queries: ``[B, D]`` (one query per row) or ``[B, K, D]`` (a mixture's components).
+        log_weights: ``None`` for one query per row, else ``[B, K]`` mixture log-weights: each
+            component's ``log pi_k`` minus its normaliser over the catalog.
+        transform: ``None``, or the pointwise transform of a mixture's component scores (where it
+            changes the ranking: inside the mixture's log-sum-exp).
+    """
+
+    queries: Tensor
+    log_weights: Tensor | None = None
+    transform: Transform | None = None
 
 
 def as_components(queries: Tensor) -> Tensor:
@@ -48,20 +70,26 @@ def mixture_log_prob(log_p: Tensor, log_prior: Tensor | None) -> Tensor:
     return torch.logsumexp(log_p + log_prior.to(log_p.dtype), dim=-1)
 
 
-def catalog_scores(query: Tensor, vectors: Tensor, log_weights: Tensor | None = None) -> Tensor:
+def catalog_scores(
+    query: Tensor,
+    vectors: Tensor,
+    log_weights: Tensor | None = None,
+    transform: Transform | None = None,
+) -> Tensor:
     """Scores ``[B, C]`` of item vectors ``[C, D]`` for one query or a mixture of queries each.
 
-    One query per row (``query`` ``[B, D]``, ``log_weights`` ``None``) scores ``query . v``.
+    One query per row (``query`` ``[B, D]``, ``log_weights`` ``None``) scores ``f(query . v)``.
     ``K`` queries per row (``[B, K, D]`` with ``log_weights`` ``[B, K]``) score
-    ``logsumexp_k(log_weights_k + query_k . v)``, the log-probability of a mixture of softmaxes
-    when the weights hold ``log pi_k`` minus each component's normaliser
-    (:func:`~recsys_midx.scoring.ranking_queries`). The evaluation scores the catalog a chunk of
-    vectors at a time with it.
+    ``logsumexp_k(log_weights_k + f(query_k . v))``, the log-probability of a mixture of
+    softmaxes when the weights hold ``log pi_k`` minus each component's normaliser
+    (:func:`~recsys_midx.scoring.ranking_queries`). ``f`` is ``transform``, the identity when
+    ``None``. The evaluation scores the catalog a chunk of vectors at a time with it.
 
     Args:
         query: ``[B, D]`` or ``[B, K, D]`` queries.
         vectors: ``[C, D]`` item vectors, on the device and in the dtype of ``query``.
         log_weights: ``[B, K]`` for ``[B, K, D]`` queries, else ``None``.
+        transform: pointwise transform of the scores, ``None`` for the identity.
 
     Returns:
         ``[B, C]`` scores.
@@ -73,9 +101,12 @@ def catalog_scores(query: Tensor, vectors: Tensor, log_weights: Tensor | None = 
         ...                torch.logsumexp(query @ vectors.T, dim=1))
         True
     """
+    scores = query @ vectors.T
+    if transform is not None:
+        scores = transform(scores)
     if log_weights is None:
-        return query @ vectors.T
-    return torch.logsumexp(query @ vectors.T + log_weights[..., None].to(query.dtype), dim=1)
+        return scores
+    return torch.logsumexp(scores + log_weights[..., None].to(scores.dtype), dim=1)
 
 
 def check_mixture(query: Tensor, log_weights: Tensor | None) -> None:
