@@ -1,5 +1,6 @@
-"""The reproduce command end to end on a tiny spec: it runs, is killed, resumes, skips the
-complete runs and renders the table; a malformed spec stops it with one line naming the field."""
+"""The reproduce command end to end on a tiny spec: it runs, publishes each finished run, is
+killed, resumes, skips the complete runs and renders the table; a malformed spec stops it with one
+line naming the field."""
 
 from __future__ import annotations
 
@@ -78,6 +79,9 @@ def test_a_killed_table_resumes_skips_its_complete_runs_and_renders(tmp_path: Pa
     killed.wait()
     assert (first / "results.json").is_file() and not (second / "results.json").is_file()
     done_before = (first / "results.json").stat().st_mtime_ns
+    # The run that finished before the kill is already in the CSV and on the page.
+    assert list(read_runs(tmp_path / "tiny.csv")["seed"]) == [0]
+    assert "| uniform |" in page_block((tmp_path / "docs" / "results.md").read_text(), "tiny")
 
     resumed = _reproduce(tmp_path)
     out, err = resumed.communicate(timeout=600)

@@ -4,8 +4,10 @@ It trains the spec's runs that are missing (a run killed part way continues from
 checkpoint; a run whose ``results.json`` holds today's config is skipped, one whose
 ``results.json`` holds another is set aside and trained again from scratch), collects every run
 into the CSV beside the spec, and renders the table from that CSV into each page that shows it
-(:mod:`recsys_midx.reproduce`). A spec that is malformed, or a run the pre-flight would refuse,
-stops it with one ``error: ...`` line before anything runs.
+(:mod:`recsys_midx.reproduce`). It collects and renders again each time a run finishes, so a
+spec stopped part way leaves its finished rows in the CSV and on the pages. A
+spec that is malformed, or a run the pre-flight would refuse, stops it with one ``error: ...``
+line before anything runs.
 
 Example:
     recsys-midx-reproduce docs/results/tables/ml-1m-mission.yaml --jobs 1
@@ -70,11 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     todo = [run for run in runs if states[run] != "complete"]
     print(f"{spec.name}: {len(runs) - len(todo)} of {len(runs)} runs complete, {len(todo)} to run")
-    failed = execute(todo, spec.device, args.jobs)
-    frame = collect(spec, runs, csv)
+
+    def publish(echo: bool) -> None:
+        frame = collect(spec, runs, csv)
+        curves = collect_curves(spec, runs, curves_path(csv)) if spec.validation else None
+        _render(spec, frame, curves, args, echo)
+
+    failed = execute(todo, spec.device, args.jobs, finished=lambda _: publish(echo=False))
     print(f"runs: {csv}")
-    curves = collect_curves(spec, runs, curves_path(csv)) if spec.validation else None
-    _render(spec, frame, curves, args)
+    publish(echo=True)
     return 1 if failed else 0
 
 
@@ -83,15 +89,18 @@ def _render(
     runs: pd.DataFrame,
     curves: pd.DataFrame | None,
     args: argparse.Namespace,
+    echo: bool = True,
 ) -> int:
-    """Print the table's block, write it into the pages that show it and draw its figure."""
+    """Write the table's block into the pages that show it and draw its figure; with ``echo``,
+    print the block and where it went."""
     block = render_block(spec, runs, f"recsys-midx-reproduce {args.spec}", curves)
-    print(block)
+    report = print if echo else lambda _: None
+    report(block)
     if curves is not None and not curves.empty:
-        print(f"figure: {plot_curves(spec, curves, Path(args.spec).with_suffix('.png'))}")
+        report(f"figure: {plot_curves(spec, curves, Path(args.spec).with_suffix('.png'))}")
     for page in PAGES:
         if Path(page).is_file() and update_page(Path(page), block, spec.name):
-            print(f"rendered into {page}")
+            report(f"rendered into {page}")
     return 0
 
 

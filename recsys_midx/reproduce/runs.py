@@ -19,6 +19,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -142,6 +143,7 @@ def execute(
     device: str,
     jobs: int = 1,
     report: Callable[[str], None] = print,
+    finished: Callable[[PlannedRun], None] | None = None,
 ) -> list[PlannedRun]:
     """Train ``runs``, ``jobs`` at a time, each in its own process; returns those that failed.
 
@@ -154,7 +156,10 @@ def execute(
         device: the spec's device, recorded in ``environment.json``.
         jobs: how many run at once.
         report: where progress lines go.
+        finished: called with each run that trained to its end, one call at a time, before the
+            worker that trained it takes the next run.
     """
+    one_at_a_time = threading.Lock()
 
     def train(run: PlannedRun) -> PlannedRun | None:
         if (run.folder / RESULTS_FILE).is_file():  # stale: resuming would train on past its end
@@ -172,6 +177,9 @@ def execute(
             report(f"{run.label}: failed (exit {done.returncode}); see {run.folder}/console.log")
             return run
         report(f"{run.label}: done")
+        if finished is not None:
+            with one_at_a_time:
+                finished(run)
         return None
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
