@@ -25,7 +25,15 @@ from recsys_midx.reproduce.render import (
     render_table,
     render_times,
 )
-from recsys_midx.reproduce.runs import PlannedRun, execute, plan, status
+from recsys_midx.reproduce.runs import (
+    ADDED_SETTINGS,
+    PlannedRun,
+    execute,
+    plan,
+    resolved_config,
+    status,
+    upgraded,
+)
 from recsys_midx.reproduce.spec import load_spec, parse_spec
 
 #: Two rows of two seeds on the tiny synthetic catalog; enough epochs that a kill lands mid-run.
@@ -311,3 +319,25 @@ def test_a_run_finished_under_another_config_trains_again_from_scratch(
     assert (aside / "checkpoints" / "last.ckpt").is_file()  # kept, not resumed from
     assert found.read_text() == str(["console.log", "environment.json"])
     assert lines[0] == f"uniform/seed-0: stale, trained again from scratch (the old run: {aside})"
+
+
+def test_a_run_recorded_before_a_setting_was_added_counts_as_complete(tmp_path: Path) -> None:
+    spec = parse_spec("tiny", SPEC)
+    run = plan(spec, tmp_path / "out", tmp_path)[0]
+    today = resolved_config(run)
+    for dotted, value in ADDED_SETTINGS.items():
+        # Each added setting defaults to the value that trains as the code did before it.
+        *parents, key = dotted.split(".")
+        node = today
+        for part in parents:
+            node = node[part]
+        assert node[key] == value, dotted
+    older = upgraded(today)
+    del older["trainer"]["val_check_interval"]
+    run.folder.mkdir(parents=True)
+    (run.folder / "results.json").write_text(json.dumps({"config": older}))
+    assert status(run) == "complete"
+    # Recorded with another value of the setting, it is stale.
+    older["trainer"]["val_check_interval"] = 0.5
+    (run.folder / "results.json").write_text(json.dumps({"config": older}))
+    assert status(run) == "stale"

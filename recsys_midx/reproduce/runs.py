@@ -1,18 +1,21 @@
 """The runs of a table spec: where each lives, whether it is done, and running the missing ones.
 
-Each run is one ``recsys-midx-train`` process in a folder of its own,
-``OUT/TABLE/ROW/seed-S``, always started with ``resume=auto``: a run killed part way continues
-from its last checkpoint. A run is complete when its folder holds a ``results.json`` whose
-resolved config is the one the spec composes today; it is then skipped. One whose
-``results.json`` records another config is stale: it finished under settings that have changed
-since, so its folder is set aside (``seed-S.stale``) and it trains again from scratch, never
-from that run's checkpoint. Before it starts, a run
-records where it runs (``environment.json``: commit, machine, device, torch, and how many runs
-shared the machine), which the table's caption reports.
+Each run is one ``recsys-midx-train`` process in a folder of its own, ``OUT/TABLE/ROW/seed-S``,
+always started with ``resume=auto``: a run killed part way continues from its last checkpoint. A
+run is complete when its folder holds a ``results.json`` whose resolved config is the one the spec
+composes today; it is then skipped. One whose ``results.json`` records another config is stale: it
+finished under settings that have changed since, so its folder is set aside (``seed-S.stale``) and
+it trains again from scratch, never from that run's checkpoint. A setting added to the configs
+since a run finished makes it stale too, unless :data:`ADDED_SETTINGS` lists it with the value that
+trains as the code did before it existed: a recorded config without it is read as holding that
+value, as Lightning upgrades the checkpoints of its older versions. Before it starts, a run records
+where it runs (``environment.json``: commit, machine, device, torch, and how many runs shared the
+machine), which the table's caption reports.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
@@ -45,6 +48,10 @@ RESULTS_FILE = "results.json"
 EPOCHS_FILE = "epochs.csv"
 #: The accelerator each spec device trains on.
 _ACCELERATORS = {"cpu": "cpu", "gpu": "gpu"}
+#: Settings added to the configs after tables were measured, each with the value under which the
+#: code trains as it did before the setting existed; a recorded config without one is read as
+#: holding that value (a test checks that each is today's default).
+ADDED_SETTINGS: dict[str, Any] = {"trainer.val_check_interval": 1.0}
 
 
 @dataclass(frozen=True)
@@ -126,13 +133,34 @@ def resolved_config(run: PlannedRun) -> dict[str, Any]:
     return _as_json(OmegaConf.to_container(cfg, resolve=True))
 
 
+def upgraded(recorded: Any) -> Any:
+    """A recorded config with every setting of :data:`ADDED_SETTINGS` it lacks filled in.
+
+    Example:
+        >>> upgraded({"trainer": {"max_epochs": 3}})
+        {'trainer': {'max_epochs': 3, 'val_check_interval': 1.0}}
+        >>> upgraded({"trainer": {"val_check_interval": 0.5}})["trainer"]
+        {'val_check_interval': 0.5}
+    """
+    if not isinstance(recorded, dict):
+        return recorded
+    config = copy.deepcopy(recorded)
+    for dotted, value in ADDED_SETTINGS.items():
+        *parents, key = dotted.split(".")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {})
+        node.setdefault(key, value)
+    return config
+
+
 def status(run: PlannedRun) -> Status:
     """Whether ``run`` is complete (a ``results.json`` of today's config), stale (a
     ``results.json`` of another), resumable (a last checkpoint in its folder) or missing."""
     results = run.folder / RESULTS_FILE
     if results.is_file():
         recorded = json.loads(results.read_text()).get("config")
-        return "complete" if recorded == resolved_config(run) else "stale"
+        return "complete" if upgraded(recorded) == resolved_config(run) else "stale"
     if (run.folder / "checkpoints" / "last.ckpt").is_file():
         return "resumable"
     return "missing"
