@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -33,6 +35,15 @@ from recsys_midx.samplers import Sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = ROOT / "recsys_midx" / "conf"
+
+
+def load_script(name: str) -> ModuleType:
+    """The module of ``scripts/<name>.py`` (scripts are not a package), loaded once per call."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 #: Items (or labels) of the tiny runs' catalogs, at most.
 TINY_CATALOG = 80

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from recsys_midx.lit import SeqRecModule
 
-ROOT = Path(__file__).resolve().parents[1]
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_training", ROOT / "scripts" / "bench_training.py"
-)
-bench_training = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench_training)
+bench_training = load_script("bench_training")
 
 #: A measurement in a second: a small catalog, model and batch.
 TINY = argparse.Namespace(

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONF_DIR, ROOT, TINY_RUN, sampler_overrides
-from omegaconf import OmegaConf
+from conftest import load_script
+from trained_runs import train_synthetic_run
 
 from recsys_midx.analysis import (
     jacobian_spectrum,
@@ -17,7 +16,6 @@ from recsys_midx.analysis import (
     numerical_rank,
     singular_values,
 )
-from recsys_midx.app.experiment import train
 from recsys_midx.heads import DotHead, Head, MoEHead, MoSHead, PLIFHead, SigSoftmaxHead
 from recsys_midx.scoring import log_probs
 
@@ -108,41 +106,15 @@ def test_jacobian_spectrum_matches_autograd_jacobians(name: str) -> None:
     torch.testing.assert_close(values, expected, rtol=1e-4, atol=1e-6)
 
 
-def _report_script():
-    spec = importlib.util.spec_from_file_location(
-        "bottleneck_report", ROOT / "scripts" / "bottleneck_report.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_report_compares_heads_of_trained_runs(tmp_path: Path) -> None:
-    from hydra import compose, initialize_config_dir
-
-    runs = []
-    for head in ("dot", "mos"):
-        run_dir = tmp_path / head
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(
-                "config",
-                overrides=[
-                    f"paths.output_dir={run_dir}",
-                    f"paths.data_dir={tmp_path / 'data'}",
-                    *TINY_RUN,
-                    *sampler_overrides("uniform"),
-                    "trainer.max_epochs=1",
-                    "logger=none",
-                    f"head={head}",
-                ],
-            )
-        train(cfg)
-        # What train.py's Hydra run leaves next to the results.
-        (run_dir / ".hydra").mkdir()
-        OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
-        runs.append(run_dir)
-    paths = _report_script().main(
+    runs = [
+        train_synthetic_run(
+            tmp_path / head, tmp_path / "data", overrides=["trainer.max_epochs=1", f"head={head}"]
+        )
+        for head in ("dot", "mos")
+    ]
+    paths = load_script("bottleneck_report").main(
         [
             *map(str, runs),
             "--out",

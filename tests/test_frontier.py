@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import ROOT, load_script
 from hydra.utils import instantiate
 
-ROOT = Path(__file__).resolve().parents[1]
-_SPEC = importlib.util.spec_from_file_location("frontier", ROOT / "scripts" / "frontier.py")
-frontier = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(frontier)
+frontier = load_script("frontier")
 
 
 @pytest.mark.parametrize("task", sorted(frontier.EXPERIMENTS))

@@ -1,4 +1,5 @@
-"""A tiny trained run on a custom CSV with text user and item ids, shared by the inference tests."""
+"""Tiny trained runs, laid out as ``train.py`` leaves them, shared by the inference and analysis
+tests: one on a custom CSV with text user and item ids, one on the synthetic generator."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from conftest import CONF_DIR, sampler_overrides
+from conftest import CONF_DIR, TINY_RUN, sampler_overrides
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
@@ -67,8 +68,32 @@ def train_custom_run(root: Path, overrides: Sequence[str] = ()) -> Path:
     ``train.py`` leaves it (``.hydra/config.yaml``, ``checkpoints/``, ``results.json``)."""
     root.mkdir(parents=True, exist_ok=True)
     cfg = custom_config(root, write_interactions(root / "interactions.csv"), overrides)
+    return _train_as_train_py(cfg, root / "run")
+
+
+def train_synthetic_run(
+    run_dir: Path, data_dir: Path, sampler: str = "uniform", overrides: Sequence[str] = ()
+) -> Path:
+    """Train a tiny run of the default (synthetic) dataset with ``sampler`` into ``run_dir``;
+    returns the folder, laid out as ``train.py`` leaves it."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[
+                f"paths.output_dir={run_dir}",
+                f"paths.data_dir={data_dir}",
+                *TINY_RUN,
+                *sampler_overrides(sampler),
+                "logger=none",
+                *overrides,
+            ],
+        )
+    return _train_as_train_py(cfg, run_dir)
+
+
+def _train_as_train_py(cfg: DictConfig, run_dir: Path) -> Path:
+    """Train ``cfg`` and save its config where ``train.py``'s Hydra run leaves it."""
     train(cfg)
-    run_dir = root / "run"
     (run_dir / ".hydra").mkdir()
     OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
     return run_dir

@@ -88,7 +88,7 @@ class SeqRecModule(CatalogModule):
         self.eval_chunk_size = eval_chunk_size
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        queries, targets, is_query = self._training_queries(batch)
+        queries, targets, is_query = self.training_queries(batch)
         # Each sequence's items and where its queries sit, for a strategy that draws per
         # sequence or leaves each sequence's items out (negatives.exclude_window).
         windows = torch.cat([batch["inputs"], batch["targets"]], dim=1)
@@ -103,7 +103,7 @@ class SeqRecModule(CatalogModule):
         )
         return loss
 
-    def _training_queries(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    def training_queries(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """The training queries of a batch, their targets and where they sit.
 
         Args:

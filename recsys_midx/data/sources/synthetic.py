@@ -199,10 +199,29 @@ class Synthetic(Source):
         gains = np.where(hits, 1.0 / np.log2(ranks + 2.0), 0.0)
         return {f"ndcg@{k}": float(gains.mean()), f"hr@{k}": float(hits.mean())}
 
+    def item_topics(self) -> np.ndarray:
+        """The topic of every item, as the generated interactions were drawn.
+
+        Returns:
+            ``int64 [num_items]``: entry ``i`` is the topic (``0..num_topics - 1``) of raw item
+            id ``i + 1``.
+
+        Example:
+            >>> topics = Synthetic(num_users=3, num_items=50, num_topics=5).item_topics()
+            >>> topics.shape, sorted(set(topics.tolist()))
+            ((50,), [0, 1, 2, 3, 4])
+        """
+        return self._catalogue(np.random.default_rng(self.params["seed"])).topic
+
+    def _catalogue(self, rng: np.random.Generator) -> _Catalogue:
+        """The catalogue: the first thing the seeded generator draws, so the same for a seed."""
+        p = self.params
+        return _build_catalogue(rng, p["num_items"], p["num_topics"], p["popularity_exponent"])
+
     def _simulate(self, rng: np.random.Generator) -> tuple[_Catalogue, np.ndarray, np.ndarray]:
         """The catalogue, the sequence lengths and the 0-based items, user after user."""
         p = self.params
-        catalogue = _build_catalogue(rng, p["num_items"], p["num_topics"], p["popularity_exponent"])
+        catalogue = self._catalogue(rng)
         lengths = _sequence_lengths(
             rng, p["num_users"], p["min_length"], p["mean_length"], p["max_length"]
         )
