@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from recsys_midx.metrics import ranking_metrics
 from recsys_midx.negatives import Negatives, QueryBatch
 from recsys_midx.scoring import catalog_scores
 
@@ -105,12 +106,12 @@ def _negatives_in_topic(run: LoadedRun, topics: Tensor, num_batches: int) -> tup
     module: SeqRecModule = run.module
     for index in module.indexes:  # the sampler, rebuilt from the trained table as training does
         index.update(module.encoder.item_table.detach().float(), run.datamodule.item_counts)
+    num_items = module.encoder.item_table.shape[0] - 1
     drawn = in_topic = num_queries = 0
     for _, batch in zip(range(num_batches), run.datamodule.train_dataloader()):
         queries, targets, is_query = module.training_queries(batch)
         positives = targets[is_query]
         windows = torch.cat([batch["inputs"], batch["targets"]], dim=1)
-        num_items = module.encoder.item_table.shape[0] - 1
         strategy_view = QueryBatch(
             module.head(queries[is_query]).queries, positives, windows, is_query, num_items
         )
@@ -167,8 +168,8 @@ def _rankings_by_topic(
 
 
 def _ndcg_gains(rank: Tensor) -> Tensor:
-    """NDCG@10 of one target at 0-based ``rank``: ``1 / log2(rank + 2)`` inside the cut-off."""
-    return torch.where(rank < TOP_K, 1.0 / torch.log2(rank.double() + 2.0), 0.0)
+    """NDCG@10 of each target at 0-based ``rank``, as the evaluation computes it."""
+    return ranking_metrics(rank, (TOP_K,))[f"ndcg@{TOP_K}"]
 
 
 def topic_shares(
