@@ -147,11 +147,8 @@ def measure(args: argparse.Namespace, sampler_name: str, num_items: int) -> dict
     optimizer = module.configure_optimizers()
     counts = torch.from_numpy(split.train_item_counts()).to(device)
 
-    def build_indexes() -> None:  # as the module's refresh at the start of fitting
-        for index in module.indexes:
-            index.update(module.encoder.item_table.detach().float(), counts)
-
-    build_seconds = timed(build_indexes, device)
+    # As the module's refresh at the start of fitting.
+    build_seconds = timed(lambda: module.rebuild_indexes(counts), device)
     # The step logs its loss; without a trainer to take it, Lightning says so at every call.
     warnings.filterwarnings("ignore", message="You are trying to `self.log\\(\\)`")
 

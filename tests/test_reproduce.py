@@ -341,3 +341,88 @@ def test_a_run_recorded_before_a_setting_was_added_counts_as_complete(tmp_path: 
     older["trainer"]["val_check_interval"] = 0.5
     (run.folder / "results.json").write_text(json.dumps({"config": older}))
     assert status(run) == "stale"
+
+
+#: A stand-in for a run's process: the files a finished run leaves, with NDCG@10 0.12.
+_FINISHED_RUN = """
+import json, pathlib
+folder = pathlib.Path({folder!r})
+folder.joinpath("results.json").write_text(json.dumps({{"config": {{}}, "train_wall_seconds": 60,
+    "epochs_run": 2, "best_epoch": 1, "stopped_by": "max_epochs",
+    "metrics": {{"test/ndcg@10": 0.12, "test/hr@10": 0.2}}}}))
+folder.joinpath("epochs.csv").write_text("epoch,train_seconds,val_seconds,val/ndcg@10\\n"
+    "0,30,6,0.1\\n1,30,6,0.11\\n")
+"""
+
+
+def test_keep_recorded_trains_only_what_neither_the_folders_nor_the_csv_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from recsys_midx.app import reproduce
+
+    _write(tmp_path, SPEC)
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec(tmp_path / "tiny.yaml")
+    uniform_0, uniform_1, exact_0, exact_1 = plan(spec, Path("out"), Path("../shared/data"))
+    # The CSV of an earlier machine: two runs whose folders are gone, one that this machine has
+    # since run again (its folder wins), and a row the spec no longer has.
+    recorded = [("uniform", 0, 0.11), ("exact softmax", 0, 0.31), ("exact softmax", 1, 0.99)]
+    frame = pd.DataFrame(
+        [
+            {"row": row, "seed": seed, "commit": "45fcc1b", "test/ndcg@10": value}
+            for row, seed, value in [*recorded, ("dropped", 0, 0.5)]
+        ]
+    )
+    frame.to_csv("tiny.csv", index=False)
+    curves = frame[["row", "seed"]].assign(epoch=0, minutes=1.0, value=frame["test/ndcg@10"])
+    curves.to_csv("tiny.curves.csv", index=False)
+    exact_1.folder.mkdir(parents=True)
+    (exact_1.folder / "results.json").write_text(
+        json.dumps(
+            {
+                "config": resolved_config(exact_1),
+                "train_wall_seconds": 120,
+                "epochs_run": 1,
+                "best_epoch": 0,
+                "stopped_by": "max_epochs",
+                "metrics": {"test/ndcg@10": 0.32, "test/hr@10": 0.4},
+            }
+        )
+    )
+    (exact_1.folder / "epochs.csv").write_text(
+        "epoch,train_seconds,val_seconds,val/ndcg@10\n0,60,6,0.3\n"
+    )
+
+    assert reproduce.main(["tiny.yaml", "--out", "out", "--dry-run", "--keep-recorded"]) == 0
+    states = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# ")]
+    assert states == [
+        "# uniform/seed-0: recorded",
+        "# uniform/seed-1: missing",
+        "# exact-softmax/seed-0: recorded",
+        "# exact-softmax/seed-1: complete",
+    ]
+    monkeypatch.setattr(
+        PlannedRun,
+        "command",
+        lambda self: [sys.executable, "-c", _FINISHED_RUN.format(folder=str(self.folder))],
+    )
+    assert reproduce.main(["tiny.yaml", "--out", "out", "--keep-recorded"]) == 0
+    assert "tiny: 3 of 4 runs complete (2 kept from tiny.csv), 1 to run" in capsys.readouterr().out
+    assert not uniform_0.folder.exists() and not exact_0.folder.exists()
+    assert (uniform_1.folder / "results.json").is_file()
+    written = read_runs(tmp_path / "tiny.csv")
+    assert list(zip(written["row"], written["seed"], written["test/ndcg@10"])) == [
+        ("uniform", 0, 0.11),
+        ("uniform", 1, 0.12),
+        ("exact softmax", 0, 0.31),
+        ("exact softmax", 1, 0.32),
+    ]
+    assert written["commit"].tolist()[0] == "45fcc1b"  # a kept row keeps where it ran
+    drawn = read_curves(spec, tmp_path / "tiny.csv")
+    assert list(zip(drawn["row"], drawn["seed"], drawn["value"])) == [
+        ("uniform", 0, 0.11),
+        ("uniform", 1, 0.1),
+        ("uniform", 1, 0.11),
+        ("exact softmax", 0, 0.31),
+        ("exact softmax", 1, 0.3),
+    ]

@@ -102,8 +102,7 @@ def _first_step(compose_config, overrides: list[str]):
     experiment = build(compose_config(overrides))
     module = experiment.module
     table = module.encoder.item_table
-    for index in module.indexes:
-        index.update(table.detach(), experiment.datamodule.item_counts)
+    module.rebuild_indexes(experiment.datamodule.item_counts)
     optimizer = module.configure_optimizers()
     batch = next(iter(experiment.datamodule.train_dataloader()))
     optimizer.zero_grad()
@@ -111,10 +110,9 @@ def _first_step(compose_config, overrides: list[str]):
         loss = module.objective(module.encode(batch), batch["labels"])
         read = batch["labels"]
     else:
-        inputs, targets = batch["inputs"], batch["targets"]
-        is_query = (targets > 0) & (inputs > 0)
-        loss = module.objective(module.encoder(inputs)[is_query], targets[is_query])
-        read = torch.cat([inputs.flatten(), targets.flatten()])
+        query, targets, windows, positions = module.training_batch(batch)
+        loss = module.objective(query, targets, windows, positions)
+        read = windows.flatten()
     before = table.detach().clone()
     loss.backward()
     return module, optimizer, before, read[read > 0].unique()

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from recsys_midx.metrics import ranking_metrics
-from recsys_midx.negatives import Negatives, QueryBatch
+from recsys_midx.negatives import Negatives
 from recsys_midx.scoring import catalog_scores
 
 if TYPE_CHECKING:
@@ -104,18 +104,11 @@ def negative_ids_per_query(negatives: Negatives, num_queries: int) -> Tensor:
 def _negatives_in_topic(run: LoadedRun, topics: Tensor, num_batches: int) -> tuple[float, float]:
     """Mean negatives per training query and the share of them in the target's topic."""
     module: SeqRecModule = run.module
-    for index in module.indexes:  # the sampler, rebuilt from the trained table as training does
-        index.update(module.encoder.item_table.detach().float(), run.datamodule.item_counts)
-    num_items = module.encoder.item_table.shape[0] - 1
+    module.rebuild_indexes(run.datamodule.item_counts)  # from the trained table, as training does
     drawn = in_topic = num_queries = 0
     for _, batch in zip(range(num_batches), run.datamodule.train_dataloader()):
-        queries, targets, is_query = module.training_queries(batch)
-        positives = targets[is_query]
-        windows = torch.cat([batch["inputs"], batch["targets"]], dim=1)
-        strategy_view = QueryBatch(
-            module.head(queries[is_query]).queries, positives, windows, is_query, num_items
-        )
-        negatives = module.negatives(strategy_view, module.sampler, module.loss.corrects_by_log_q)
+        query, positives, windows, positions = module.training_batch(batch)
+        _, negatives = module.draw_negatives(query, positives, windows, positions)
         ids = negative_ids_per_query(negatives, len(positives))
         counted = (ids > 0) & (ids != positives[:, None])
         drawn += int(counted.sum())

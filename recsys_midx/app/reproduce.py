@@ -5,13 +5,18 @@ checkpoint; a run whose ``results.json`` holds today's config is skipped, one wh
 ``results.json`` holds another is set aside and trained again from scratch), collects every run
 into the CSV beside the spec, and renders the table from that CSV into each page that shows it
 (:mod:`recsys_midx.reproduce`). It collects and renders again each time a run finishes, so a
-spec stopped part way leaves its finished rows in the CSV and on the pages. A
+spec stopped part way leaves its finished rows in the CSV and on the pages. With
+``--keep-recorded``, a run whose folder holds no results but which the CSV already records (its
+row's name and seed) keeps that row and its curve instead of training again: a table gains seeds or
+rows on a machine that no longer has the runs it was measured from, the table's ``checked:``
+vouching that the code they ran is today's (a row whose overrides change takes a new name). A
 spec that is malformed, or a run the pre-flight would refuse, stops it with one ``error: ...``
 line before anything runs.
 
 Example:
     recsys-midx-reproduce docs/results/tables/ml-1m-mission.yaml --jobs 1
     recsys-midx-reproduce docs/results/tables/ml-1m-mission.yaml --dry-run
+    recsys-midx-reproduce docs/results/tables/ml-1m-mission.yaml --keep-recorded
     recsys-midx-reproduce docs/results/tables/ml-1m-mission.yaml --render
 """
 
@@ -29,6 +34,7 @@ from hydra.errors import HydraException
 from recsys_midx.app import preflight
 from recsys_midx.errors import ConfigError
 from recsys_midx.reproduce.collect import (
+    Recorded,
     collect,
     collect_curves,
     curves_path,
@@ -65,17 +71,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    states = {run: status(run) for run in runs}
+    states: dict[PlannedRun, str] = {run: status(run) for run in runs}
+    recorded = _recorded(spec, csv, runs, states) if args.keep_recorded else None
     if args.dry_run:
         for run in runs:
             print(f"# {run.label}: {states[run]}\n{run.shell()}")
         return 0
-    todo = [run for run in runs if states[run] != "complete"]
-    print(f"{spec.name}: {len(runs) - len(todo)} of {len(runs)} runs complete, {len(todo)} to run")
+    todo = [run for run in runs if states[run] not in ("complete", "recorded")]
+    kept = f" ({len(recorded.runs)} kept from {csv})" if recorded is not None else ""
+    print(
+        f"{spec.name}: {len(runs) - len(todo)} of {len(runs)} runs complete{kept}, "
+        f"{len(todo)} to run"
+    )
 
     def publish(echo: bool) -> None:
-        frame = collect(spec, runs, csv)
-        curves = collect_curves(spec, runs, curves_path(csv)) if spec.validation else None
+        frame = collect(spec, runs, csv, recorded)
+        curves = collect_curves(spec, runs, curves_path(csv), recorded) if spec.validation else None
         _render(spec, frame, curves, args, echo)
 
     failed = execute(todo, spec.device, args.jobs, finished=lambda _: publish(echo=False))
@@ -102,6 +113,21 @@ def _render(
         if Path(page).is_file() and update_page(Path(page), block, spec.name):
             report(f"rendered into {page}")
     return 0
+
+
+def _recorded(
+    spec: TableSpec, csv: Path, runs: list[PlannedRun], states: dict[PlannedRun, str]
+) -> Recorded | None:
+    """What ``csv`` records of the runs with nothing in their folders, each marked ``recorded``
+    in ``states``; ``None`` without a CSV. A run with a checkpoint or results trains or is
+    collected from its folder as ever."""
+    if not csv.is_file():
+        return None
+    everything = Recorded(read_runs(csv), read_curves(spec, csv))
+    kept = [run for run in runs if states[run] == "missing" and everything.holds(run)]
+    for run in kept:
+        states[run] = "recorded"
+    return everything.only(kept)
 
 
 def _check_runs(spec: TableSpec, runs: list[PlannedRun]) -> None:
@@ -139,6 +165,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
     parser.add_argument(
         "--dry-run", action="store_true", help="print each run's command and state, run nothing"
+    )
+    parser.add_argument(
+        "--keep-recorded",
+        action="store_true",
+        help="keep the CSV's rows of runs whose folders are empty instead of training them",
     )
     parser.add_argument(
         "--render",

@@ -24,7 +24,7 @@ from recsys_midx.lit.table_optimizers import (
     check_table_optimizer,
     default_table_lr,
 )
-from recsys_midx.negatives import NoNegatives, PerQuery, QueryBatch
+from recsys_midx.negatives import Negatives, NoNegatives, PerQuery, QueryBatch
 from recsys_midx.protocols import (
     CatalogDataModule,
     NegativeSampler,
@@ -183,22 +183,30 @@ class CatalogModule(L.LightningModule, abc.ABC):
         k-means); the other ranks skip the build. The counts cover the whole training set on
         every rank: the data module holds the full split and only its loaders shard.
         """
-        rebuilt = self.indexes
         error: Exception | None = None
         if self.trainer.is_global_zero:
             datamodule: CatalogDataModule | None = self.trainer.datamodule
-            counts = None if datamodule is None else datamodule.item_counts
             try:
-                for module in rebuilt:
-                    module.update(
-                        self.encoder.item_table.detach().float(),
-                        None if counts is None else counts.to(self.device),
-                    )
+                self.rebuild_indexes(None if datamodule is None else datamodule.item_counts)
             except Exception as exc:  # re-raised below, on every rank
                 error = exc
         raise_on_every_rank(error)
-        for module in rebuilt:
+        for module in self.indexes:
             broadcast_module_state(module, src=0)
+
+    @torch.no_grad()
+    def rebuild_indexes(self, item_counts: Tensor | None) -> None:
+        """Rebuild :attr:`indexes` from the live item table and ``item_counts``, in this process
+        alone (:meth:`refresh_sampler` is the trainer's way, building once for every rank).
+
+        Args:
+            item_counts: ``[N + 1]`` training count of each item id, moved to the module's
+                device; ``None`` where the data gives none.
+        """
+        table = self.encoder.item_table.detach().float()
+        counts = None if item_counts is None else item_counts.to(self.device)
+        for module in self.indexes:
+            module.update(table, counts)
 
     @abc.abstractmethod
     def encode(self, batch: dict[str, Any]) -> Tensor:
@@ -247,6 +255,31 @@ class CatalogModule(L.LightningModule, abc.ABC):
         """
         return ranking_queries(self.head, query, self.encoder.item_table, chunk_size)
 
+    def draw_negatives(
+        self,
+        query: Tensor,
+        targets: Tensor,
+        windows: Tensor | None = None,
+        positions: Tensor | None = None,
+    ) -> tuple[HeadOutput, Negatives]:
+        """The head's output for encoder outputs ``query`` and the negatives the strategy draws
+        for it from the sampler: what :meth:`objective` scores, and what a diagnostic of the
+        training negatives inspects (:mod:`recsys_midx.analysis.topics`).
+
+        Args:
+            query: ``[Q, D]`` encoder outputs.
+            targets: ``[Q]`` target ids, or ``[Q, P]`` positives padded with ``0``.
+            windows: ``[B, W]`` the batch's training sequences (sequences only).
+            positions: ``[B, L]`` mask of the query positions in them (sequences only).
+
+        Returns:
+            ``(output, negatives)``.
+        """
+        output: HeadOutput = self.head(query)
+        num_items = self.encoder.item_table.shape[0] - 1
+        batch = QueryBatch(output.queries, targets, windows, positions, num_items)
+        return output, self.negatives(batch, self.sampler, self.loss.corrects_by_log_q)
+
     def objective(
         self,
         query: Tensor,
@@ -256,19 +289,9 @@ class CatalogModule(L.LightningModule, abc.ABC):
     ) -> Tensor:
         """The training loss of encoder outputs ``query`` ``[Q, D]`` and their positives: the
         head's output scored by the objective against the item table with the negatives the
-        strategy draws from the sampler.
-
-        Args:
-            query: ``[Q, D]`` encoder outputs.
-            targets: ``[Q]`` target ids, or ``[Q, P]`` positives padded with ``0``.
-            windows: ``[B, W]`` the batch's training sequences (sequences only).
-            positions: ``[B, L]`` mask of the query positions in them (sequences only).
-        """
-        output: HeadOutput = self.head(query)
-        table = self.encoder.item_table
-        batch = QueryBatch(output.queries, targets, windows, positions, table.shape[0] - 1)
-        negatives = self.negatives(batch, self.sampler, self.loss.corrects_by_log_q)
-        return self.loss(output, targets, table, negatives)
+        strategy draws from the sampler (arguments as for :meth:`draw_negatives`)."""
+        output, negatives = self.draw_negatives(query, targets, windows, positions)
+        return self.loss(output, targets, self.encoder.item_table, negatives)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self.update_metrics(self.val_metrics, batch)

@@ -88,22 +88,31 @@ class SeqRecModule(CatalogModule):
         self.eval_chunk_size = eval_chunk_size
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        queries, targets, is_query = self.training_queries(batch)
-        # Each sequence's items and where its queries sit, for a strategy that draws per
-        # sequence or leaves each sequence's items out (negatives.exclude_window).
-        windows = torch.cat([batch["inputs"], batch["targets"]], dim=1)
-        loss = self.objective(queries[is_query], targets[is_query], windows, is_query)
+        query, targets, windows, positions = self.training_batch(batch)
+        loss = self.objective(query, targets, windows, positions)
         self.log(
-            "train/loss",
-            loss,
-            prog_bar=True,
-            on_step=True,
-            on_epoch=True,
-            batch_size=int(is_query.sum()),
+            "train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(targets)
         )
         return loss
 
-    def training_queries(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    def training_batch(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """What :meth:`objective` (and :meth:`draw_negatives`) take for a training batch.
+
+        Args:
+            batch: as for :meth:`_training_queries`.
+
+        Returns:
+            ``(query, targets, windows, positions)``: the ``[Q, D]`` training queries, their
+            ``[Q]`` targets, the batch's ``[B, W]`` sequences and the ``[B, P]`` mask of where
+            the queries sit in them.
+        """
+        queries, targets, is_query = self._training_queries(batch)
+        # Each sequence's items and where its queries sit, for a strategy that draws per
+        # sequence or leaves each sequence's items out (negatives.exclude_window).
+        windows = torch.cat([batch["inputs"], batch["targets"]], dim=1)
+        return queries[is_query], targets[is_query], windows, is_query
+
+    def _training_queries(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """The training queries of a batch, their targets and where they sit.
 
         Args:

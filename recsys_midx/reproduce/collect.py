@@ -3,12 +3,15 @@
 The CSV is what the page's table is rendered from (:mod:`recsys_midx.reproduce.render`) and is
 committed beside the spec, so the table can be checked, and rendered again, without the runs.
 A spec with ``validation`` also gets its runs' curves, one line per epoch, in a second CSV
-beside the first (:func:`curves_path`).
+beside the first (:func:`curves_path`). Collecting with the rows a CSV already records
+(:class:`Recorded`) keeps them for the runs whose folders hold no results: a table gains seeds or
+rows on a machine that no longer has the runs it was first measured from.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,14 +79,53 @@ def read_runs(path: Path) -> pd.DataFrame:
     return pd.read_csv(path, dtype={"commit": str, "date": str, "machine": str, "device": str})
 
 
-def collect(spec: TableSpec, runs: list[PlannedRun], path: Path) -> pd.DataFrame:
-    """Write the CSV of ``runs`` (the complete ones) to ``path``, in the spec's row order.
+@dataclass(frozen=True)
+class Recorded:
+    """The runs a table's CSV (and its curves' CSV) already records, by row name and seed.
+
+    Attributes:
+        runs: the CSV's rows, as :func:`read_runs` reads them.
+        curves: the curves' rows, as :func:`read_curves` reads them; ``None`` without.
+    """
+
+    runs: pd.DataFrame
+    curves: pd.DataFrame | None = None
+
+    def holds(self, run: PlannedRun) -> bool:
+        """Whether the CSV has a row for ``run`` (its row's name and its seed)."""
+        return bool(((self.runs["row"] == run.row.name) & (self.runs["seed"] == run.seed)).any())
+
+    def only(self, runs: list[PlannedRun]) -> Recorded:
+        """The recorded rows and curves of ``runs`` alone."""
+        keys = {(run.row.name, run.seed) for run in runs}
+
+        def kept(frame: pd.DataFrame) -> pd.DataFrame:
+            mask = [key in keys for key in zip(frame["row"], frame["seed"])]
+            return frame[mask].reset_index(drop=True)
+
+        return Recorded(kept(self.runs), None if self.curves is None else kept(self.curves))
+
+
+def collect(
+    spec: TableSpec, runs: list[PlannedRun], path: Path, recorded: Recorded | None = None
+) -> pd.DataFrame:
+    """Write the CSV of ``runs`` (the complete ones, and those ``recorded`` holds) to ``path``,
+    in the spec's row order.
+
+    Args:
+        spec: the table.
+        runs: its planned runs.
+        path: the CSV to write.
+        recorded: rows kept as an earlier CSV recorded them, for runs whose folders hold no
+            results; a run whose folder holds results is collected from it.
 
     Returns:
         The frame written.
     """
     rows = [run_row(spec, run) for run in runs if (run.folder / RESULTS_FILE).is_file()]
     frame = pd.DataFrame(rows, columns=[*COLUMNS, *spec.metrics])
+    if recorded is not None:
+        frame = _with_recorded(frame, recorded.runs, runs)
     path.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(path, index=False)
     return frame
@@ -119,8 +161,11 @@ def run_curve(spec: TableSpec, run: PlannedRun) -> pd.DataFrame:
     return curve.dropna(subset=["value"]).reset_index(drop=True)
 
 
-def collect_curves(spec: TableSpec, runs: list[PlannedRun], path: Path) -> pd.DataFrame:
-    """Write the curves of ``runs`` (the complete ones) to ``path``, in the spec's row order.
+def collect_curves(
+    spec: TableSpec, runs: list[PlannedRun], path: Path, recorded: Recorded | None = None
+) -> pd.DataFrame:
+    """Write the curves of ``runs`` (the complete ones, and those ``recorded`` holds) to
+    ``path``, in the spec's row order (``recorded`` as for :func:`collect`).
 
     Returns:
         The frame written.
@@ -128,5 +173,27 @@ def collect_curves(spec: TableSpec, runs: list[PlannedRun], path: Path) -> pd.Da
     complete = [run for run in runs if (run.folder / RESULTS_FILE).is_file()]
     columns = ["row", "seed", "epoch", "minutes", "value"]
     frame = pd.concat([run_curve(spec, run) for run in complete] or [pd.DataFrame(columns=columns)])
+    if recorded is not None and recorded.curves is not None:
+        frame = _with_recorded(frame, recorded.curves, runs)
     frame.to_csv(path, index=False)
     return frame
+
+
+def _with_recorded(
+    collected: pd.DataFrame, recorded: pd.DataFrame, runs: list[PlannedRun]
+) -> pd.DataFrame:
+    """``collected`` with the ``recorded`` rows of the planned runs it lacks, in the order of
+    ``runs`` (a run's own rows keep theirs: a curve's epochs)."""
+    order = {(run.row.name, run.seed): position for position, run in enumerate(runs)}
+    have = set(zip(collected["row"], collected["seed"]))
+    keys = zip(recorded["row"], recorded["seed"])
+    missing = recorded[[key in order and key not in have for key in keys]]
+    parts = [part for part in (collected, missing) if not part.empty]
+    frame = pd.concat(parts, ignore_index=True) if parts else collected
+    place = [order[key] for key in zip(frame["row"], frame["seed"])]
+    return (
+        frame.assign(_place=place)
+        .sort_values("_place", kind="stable")
+        .drop(columns="_place")
+        .reset_index(drop=True)
+    )
