@@ -242,13 +242,16 @@ def stopped_by(trainer: L.Trainer) -> str:
     ``max_steps``, ``max_epochs`` or ``interrupted``."""
     if trainer.interrupted:
         return "interrupted"
-    if any(isinstance(c, EarlyStopping) and c.stopped_epoch > 0 for c in trainer.callbacks):
-        return "early stopping"
     remaining = [c.time_remaining() for c in trainer.callbacks if isinstance(c, Timer)]
     if any(seconds is not None and seconds <= 0 for seconds in remaining):
         return "max_time"
     if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
         return "max_steps"
+    # The timer aside, only early stopping asks the trainer to stop; its ``stopped_epoch`` cannot
+    # tell, being 0 both when it never stopped and when it stopped in the first epoch (a run
+    # validating several times an epoch).
+    if trainer.should_stop and any(isinstance(c, EarlyStopping) for c in trainer.callbacks):
+        return "early stopping"
     return "max_epochs"
 
 
