@@ -47,7 +47,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 #: The current pages, which hold only current tables, and the archive of earlier ones, which
 #: keeps its tables' markers and stale notes.
-CURRENT = ("docs/results.md", "docs/benchmarks.md")
+CURRENT = ("docs/results.md", "docs/results-lm.md", "docs/benchmarks.md")
 PAGES = (
     *CURRENT,
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "archive").glob("*.md")),

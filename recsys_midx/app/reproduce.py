@@ -48,7 +48,7 @@ from recsys_midx.reproduce.spec import TableSpec, load_spec
 
 #: The pages whose blocks show the tables, looked for in the working directory: the docs pages
 #: hold every table once, README.md the ones its first screen shows.
-PAGES = ("README.md", "docs/results.md", "docs/benchmarks.md")
+PAGES = ("README.md", "docs/results.md", "docs/results-lm.md", "docs/benchmarks.md")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
