@@ -44,10 +44,12 @@ from pathlib import Path
 
 import pytest
 
+from recsys_midx.app.reproduce import PAGES as RENDERED_PAGES
+
 ROOT = Path(__file__).resolve().parents[1]
-#: The current pages, which hold only current tables, and the archive of earlier ones, which
-#: keeps its tables' markers and stale notes.
-CURRENT = ("docs/results.md", "docs/results-lm.md", "docs/benchmarks.md")
+#: The current pages, the docs pages ``recsys-midx-reproduce`` renders into, which hold only
+#: current tables, and the archive of earlier ones, which keeps its tables' markers and stale notes.
+CURRENT = tuple(page for page in RENDERED_PAGES if page.startswith("docs/"))
 PAGES = (
     *CURRENT,
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "archive").glob("*.md")),
