@@ -94,7 +94,7 @@ def configurations(task: str) -> dict[str, list[str]]:
     if task == "seqrec":
         runs.update(OBJECTIVES)
     # Last: the kernel sampler scores a block of items per draw, the costliest epoch of the
-    # sweep (docs/results.md has the times).
+    # sweep (docs/archive/results-2026-11.md, "The quality-time frontier", has the times).
     runs["kernel"] = ["sampler=kernel", f"sampler.num_negatives={CHALLENGER_NEGATIVES}"]
     return runs
 

@@ -105,7 +105,8 @@ def default_table_lr(name: str, dense_lr: float) -> float:
 
     Lazy Adam takes the dense optimizer's rate. AdaGrad's steps shrink with each row's summed
     squared gradients, so row-wise AdaGrad takes :data:`ROWWISE_ADAGRAD_LR`, the rate its
-    comparison with dense Adam was measured at (docs/results.md, "Sparse item-table updates").
+    comparison with dense Adam was measured at (docs/archive/results-2026-11.md, "Sparse item-table
+    updates").
 
     Args:
         name: one of :data:`TABLE_OPTIMIZERS`.
@@ -209,8 +210,8 @@ ROWWISE_ADAGRAD_LR = 0.05
 #: ``task.module.table_optimizer=auto``: :data:`AUTO_SPARSE_OPTIMIZER` wherever a sparse update
 #: can go (:func:`resolve_table_optimizer`), else the dense optimizer.
 AUTO_TABLE_OPTIMIZER = "auto"
-#: What ``auto`` picks: the sparse update that trained best in docs/results.md ("Sparse item-table
-#: updates") and holds the least memory.
+#: What ``auto`` picks: the sparse update that trained best in docs/archive/results-2026-11.md
+#: ("Sparse item-table updates") and holds the least memory.
 AUTO_SPARSE_OPTIMIZER = "rowwise_adagrad"
 
 
