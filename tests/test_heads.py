@@ -175,6 +175,22 @@ def test_plif_matches_a_dense_reference_in_value_and_gradient() -> None:
         torch.testing.assert_close(actual, wanted)
 
 
+def test_plif_in_float32_matches_float64_in_value_and_gradient() -> None:
+    # Float32 logits sum their gradients per bin in float32: close to float64, where each bin
+    # holds thousands of logits (2e5 logits in 50 bins).
+    head = _random_plif(num_knots=50, bound=4.0)
+    x = torch.randn(400, 500, generator=_generator(6)) * 1.5
+    upstream = torch.randn(400, 500, generator=_generator(7)) * 1e-3
+    grads = []
+    for dtype in (torch.float32, torch.float64):
+        raw = head.raw_slopes.detach().to(dtype).requires_grad_()
+        logits = x.to(dtype).requires_grad_()
+        value = PLIFFunction.apply(logits, F.softplus(raw), head.bound)
+        grads.append((value, *torch.autograd.grad(value, (logits, raw), upstream.to(dtype))))
+    for single, double in zip(*grads):
+        torch.testing.assert_close(single.double(), double, rtol=1e-5, atol=1e-6)
+
+
 def test_plif_backward_never_materialises_logits_by_knots() -> None:
     # A [#logits, K] tensor here would hold 2.5e5 * 4e6 = 1e12 floats (4 TB): only an
     # O(#logits + K) backward can run this.

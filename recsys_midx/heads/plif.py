@@ -7,7 +7,7 @@ softmax ignores a common offset) and takes the value ``F_j = -T + w * sum_{i<j} 
 the first and last bins extend linearly with their own slopes, so ``f`` is increasing and
 unbounded on both sides.
 
-Forward is a gather of two ``K``-vectors (``F`` and ``a``) at each logit's bin. Backward needs,
+Forward is a gather of two ``K``-vectors (intercepts and ``a``) at each logit's bin. Backward needs,
 for each slope, ``d f(x) / d a_i = w [i < bin(x)] + [i = bin(x)] (x - t_i)``; summing upstream
 gradients ``g`` per bin (``G_j``) and then taking a reverse cumulative sum gives
 ``grad a_i = w * sum_{j > i} G_j + sum_{x in bin i} g (x - t_i)`` with ``O(#logits + K)`` memory,
@@ -26,12 +26,22 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from .base import Head
 
 
-def _bins(x: Tensor, num_bins: int, bound: float) -> tuple[Tensor, Tensor]:
-    """Bin of each logit (clamped to the edge bins outside ``[-T, T]``) and ``x - t_bin``."""
-    width = 2.0 * bound / num_bins
-    position = torch.nan_to_num((x.detach() + bound) / width, nan=0.0)
-    bins = position.floor_().clamp_(0, num_bins - 1).long()
-    return bins, x.detach() - (bins.to(x.dtype) * width - bound)
+def _bins(x: Tensor, num_bins: int, bound: float) -> Tensor:
+    """Bin of each logit, clamped to the edge bins outside ``[-T, T]`` (``int32``: converting to
+    ``int64`` costs more than the rest of the forward pass, and ``index_select`` takes either)."""
+    position = (x.detach() + bound) / (2.0 * bound / num_bins)
+    # Clamped first, the position is non-negative, so truncation is the floor.
+    return position.nan_to_num_(nan=0.0).clamp_(0, num_bins - 1).to(torch.int32)
+
+
+def _knots(bins: Tensor, num_bins: int, bound: float, dtype: torch.dtype) -> Tensor:
+    """``t_j = -T + j * w`` at each of ``bins``."""
+    return bins.to(dtype).mul_(2.0 * bound / num_bins).sub_(bound)
+
+
+def _at(values: Tensor, bins: Tensor) -> Tensor:
+    """``values[bins]`` for a ``[K]`` vector and bins of any shape."""
+    return values.index_select(0, bins.reshape(-1)).view(bins.shape)
 
 
 class PLIFFunction(torch.autograd.Function):
@@ -47,36 +57,40 @@ class PLIFFunction(torch.autograd.Function):
     def forward(ctx: FunctionCtx, x: Tensor, slopes: Tensor, bound: float) -> Tensor:
         num_bins = slopes.shape[0]
         width = 2.0 * bound / num_bins
-        bins, offsets = _bins(x, num_bins, bound)
-        # Knot values accumulate K slopes: in float64, so that the identity initialisation stays
-        # the identity to float32 precision even with 10^5 knots.
-        cumulative = slopes.detach().double().cumsum(0)
-        knot_values = (width * (cumulative - slopes.detach().double()) - bound).to(x.dtype)
-        ctx.save_for_backward(x, slopes)
+        bins = _bins(x, num_bins, bound)
+        # In bin j, f(x) = F_j + a_j (x - t_j) = c_j + a_j x with the intercept
+        # c_j = F_j - a_j t_j. Knot values accumulate K slopes: in float64, so that the identity
+        # initialisation stays the identity (c = 0 exactly) even with 10^5 knots.
+        exact = slopes.detach().double()
+        cumulative = exact.cumsum(0)
+        knots = torch.arange(num_bins, dtype=torch.float64, device=x.device) * width - bound
+        intercepts = (width * (cumulative - exact) - bound) - exact * knots
+        ctx.save_for_backward(x, bins, slopes)
         ctx.bound = bound
-        return knot_values[bins] + slopes.to(x.dtype)[bins] * offsets
+        return torch.addcmul(
+            _at(intercepts.to(x.dtype), bins), _at(slopes.detach().to(x.dtype), bins), x
+        )
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
-        x, slopes = ctx.saved_tensors
+        x, bins, slopes = ctx.saved_tensors
         num_bins = slopes.shape[0]
         width = 2.0 * ctx.bound / num_bins
-        bins, offsets = _bins(x, num_bins, ctx.bound)
         grad_x = grad_slopes = None
         if ctx.needs_input_grad[0]:
-            grad_x = grad_out * slopes.to(grad_out.dtype)[bins]
+            grad_x = grad_out * _at(slopes.to(grad_out.dtype), bins)
         if ctx.needs_input_grad[1]:
             flat_bins = bins.reshape(-1)
-            upstream = grad_out.reshape(-1).double()
-            per_bin = torch.zeros(num_bins, dtype=torch.float64, device=x.device)
-            per_bin.index_add_(0, flat_bins, upstream)
-            own = torch.zeros_like(per_bin).index_add_(
-                0, flat_bins, upstream * offsets.reshape(-1).double()
-            )
+            upstream = grad_out.reshape(-1)
+            offsets = x.detach().reshape(-1) - _knots(flat_bins, num_bins, ctx.bound, x.dtype)
+            # Sums per bin in the gradient's dtype: float64 accumulation of every logit costs
+            # as much as the rest of backward; the K-long sums below are float64.
+            per_bin = upstream.new_zeros(num_bins).index_add_(0, flat_bins, upstream).double()
+            own = upstream.new_zeros(num_bins).index_add_(0, flat_bins, offsets.mul_(upstream))
             # sum_{j > i} G_j: reverse cumulative sum, minus the bin itself.
             later = per_bin.flip(0).cumsum(0).flip(0) - per_bin
-            grad_slopes = (width * later + own).to(slopes.dtype)
+            grad_slopes = (width * later + own.double()).to(slopes.dtype)
         return grad_x, grad_slopes, None
 
 
