@@ -16,6 +16,7 @@ from recsys_midx.scoring import (
     catalog_logsumexp,
     head_logsumexp,
     head_model,
+    identity,
     logsumexp,
     mixtures,
 )
@@ -62,6 +63,24 @@ def test_catalog_logsumexp_computes_half_precision_in_float32():
     assert lse.dtype == torch.float32
     reference = torch.logsumexp(query.float() @ item_emb[1:].float().T, dim=1)
     torch.testing.assert_close(lse, reference)
+
+
+@pytest.mark.parametrize("chunk_size", [5, 64], ids=["chunks", "one-block"])
+def test_head_logsumexp_of_the_identity_is_the_generic_path(chunk_size: int) -> None:
+    # The identity takes the dot product's normaliser (its own backward); any other transform
+    # the checkpointed one. Both must give the same values and gradients.
+    generator = torch.Generator().manual_seed(8)
+    queries = torch.randn(4, 3, 5, generator=generator, dtype=torch.float64, requires_grad=True)
+    table = torch.randn(13, 5, generator=generator, dtype=torch.float64, requires_grad=True)
+    fast = head_logsumexp(queries, table, identity, chunk_size)
+    generic = head_logsumexp(queries, table, lambda scores: scores * 1.0, chunk_size)
+    torch.testing.assert_close(fast, generic)
+    upstream = torch.randn(4, 3, generator=generator, dtype=torch.float64)
+    for got, want in zip(
+        torch.autograd.grad(fast, (queries, table), upstream),
+        torch.autograd.grad(generic, (queries, table), upstream),
+    ):
+        torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("normaliser", [catalog_logsumexp, head_logsumexp])

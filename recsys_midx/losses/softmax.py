@@ -21,7 +21,7 @@ from torch import Tensor
 from ..heads import Head, HeadOutput
 from ..negatives import SCOPES, Negatives, Scope
 from ..protocols import Objective
-from ..scoring import Transform
+from ..scoring import Transform, identity
 from .full_softmax import full_softmax_loss, head_full_softmax_loss
 from .sampled_softmax import head_sampled_softmax_loss, sampled_softmax_loss
 from .window_exclusion import full_softmax_loss_outside_windows
@@ -53,10 +53,6 @@ class LossFunctions(NamedTuple):
     head_sampled: Callable[..., Tensor]
     exact_outside_windows: Callable[..., Tensor] | None = None
     per_sequence: Callable[..., Tensor] | None = None
-
-
-def _identity(scores: Tensor) -> Tensor:
-    return scores
 
 
 class CatalogSoftmax(torch.nn.Module):
@@ -127,7 +123,7 @@ class CatalogSoftmax(torch.nn.Module):
         check_scope(self, negatives, windows=self.functions.exact_outside_windows is not None)
         z, log_prior, transform = output
         plain = z.dim() == 2 and transform is None
-        transform = _identity if transform is None else transform
+        transform = identity if transform is None else transform
         if negatives.scope == "catalog":
             if negatives.sequences is not None:
                 _check_plain(plain, "the exact softmax outside each window")

@@ -20,6 +20,7 @@ from .logsumexp import (
     catalog_logsumexp,
     compute_dtype,
     head_logsumexp,
+    identity,
     softmax_weights_,
 )
 from .mixtures import (
@@ -43,6 +44,7 @@ __all__ = [
     "compute_dtype",
     "has_sparse_rows",
     "head_logsumexp",
+    "identity",
     "log_probs",
     "lookup_rows",
     "mark_sparse_rows",

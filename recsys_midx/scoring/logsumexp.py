@@ -256,6 +256,12 @@ def catalog_logsumexp(
     return _ChunkedLogSumExp.apply(query.to(dtype), item_emb.to(dtype), chunk_size, excluded)
 
 
+def identity(scores: Tensor) -> Tensor:
+    """The identity transform: a head without one. :func:`head_logsumexp` recognises it and
+    takes the dot product's path, whose backward is its own."""
+    return scores
+
+
 def _chunk_logsumexp(queries: Tensor, items: Tensor, transform: Transform) -> Tensor:
     """``[Q, K]`` logsumexp over ``items`` ``[C, D]`` of the transformed scores."""
     # The compute dtype even under autocast: a transform such as PLIF bins the scores, and
@@ -270,7 +276,9 @@ def head_logsumexp(
     """``lse[q, k] = log sum_{i=1..N} exp(f(queries[q, k] . item_emb[i]))``, chunked over items.
 
     Each chunk of ``chunk_size // K`` items (on CPU fewer where ``Q * K`` is large, as in
-    :func:`catalog_logsumexp`) is scored, transformed and reduced to ``[Q, K]``.
+    :func:`catalog_logsumexp`) is scored, transformed and reduced to ``[Q, K]``. For the
+    :func:`identity` (a mixture of plain softmaxes) it is :func:`catalog_logsumexp` of the
+    ``Q * K`` queries, ``chunk_size`` items at a time, whose backward recomputes no forward.
     Under autograd each chunk is checkpointed (:func:`torch.utils.checkpoint.checkpoint`): its
     ``[Q, K, C]`` scores are freed after forward and recomputed one chunk at a time in backward,
     so memory stays ``O(Q * chunk_size)`` in both passes while gradients reach the queries, the
@@ -280,8 +288,9 @@ def head_logsumexp(
         queries: ``[Q, K, D]`` scaled component queries (``[Q, D]`` means ``K = 1``).
         item_emb: ``[N+1, D]`` item table, row 0 padding (not in the sum); moved chunk by chunk
             to the device of ``queries``.
-        transform: the head's pointwise transform ``f``.
-        chunk_size: bounds the ``Q * K * C`` scores alive at once.
+        transform: the head's pointwise transform ``f``; :func:`identity` for none.
+        chunk_size: bounds the ``Q * K * C`` scores alive at once (``Q * K * chunk_size`` for
+            the identity).
 
     Returns:
         ``[Q, K]`` (``[Q, 1]`` for ``[Q, D]`` queries), at least float32.
@@ -298,6 +307,11 @@ def head_logsumexp(
     _check_chunk_size(chunk_size)
     dtype = compute_dtype(queries, item_emb)
     queries = as_components(queries).to(dtype)
+    if transform is identity and item_emb.device == queries.device:
+        # A mixture's components are plain softmaxes: their Q * K queries share one normaliser,
+        # whose backward needs no recomputed forward.
+        flat = catalog_logsumexp(queries.flatten(0, 1), item_emb, chunk_size)
+        return flat.view(queries.shape[:2])
     step = items_per_chunk(
         max(1, chunk_size // queries.shape[1]), queries.shape[0] * queries.shape[1], queries.device
     )
