@@ -27,8 +27,8 @@ from .base import Head
 
 
 def _bins(x: Tensor, num_bins: int, bound: float) -> Tensor:
-    """Bin of each logit, clamped to the edge bins outside ``[-T, T]`` (``int32``: converting to
-    ``int64`` costs more than the rest of the forward pass, and ``index_select`` takes either)."""
+    """Bin of each logit, clamped to the edge bins outside ``[-T, T]``, as ``int32``: which
+    ``index_select`` takes, in half the memory of ``int64`` kept for backward."""
     position = (x.detach() + bound) / (2.0 * bound / num_bins)
     # Clamped first, the position is non-negative, so truncation is the floor.
     return position.nan_to_num_(nan=0.0).clamp_(0, num_bins - 1).to(torch.int32)
@@ -84,8 +84,8 @@ class PLIFFunction(torch.autograd.Function):
             flat_bins = bins.reshape(-1)
             upstream = grad_out.reshape(-1)
             offsets = x.detach().reshape(-1) - _knots(flat_bins, num_bins, ctx.bound, x.dtype)
-            # Sums per bin in the gradient's dtype: float64 accumulation of every logit costs
-            # as much as the rest of backward; the K-long sums below are float64.
+            # Sums per bin in the gradient's dtype (float64 would convert every logit's
+            # gradient first); the K-long sums below are float64.
             per_bin = upstream.new_zeros(num_bins).index_add_(0, flat_bins, upstream).double()
             own = upstream.new_zeros(num_bins).index_add_(0, flat_bins, offsets.mul_(upstream))
             # sum_{j > i} G_j: reverse cumulative sum, minus the bin itself.
