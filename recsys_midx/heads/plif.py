@@ -34,9 +34,10 @@ def _bins(x: Tensor, num_bins: int, bound: float) -> Tensor:
     return position.nan_to_num_(nan=0.0).clamp_(0, num_bins - 1).to(torch.int32)
 
 
-def _knots(bins: Tensor, num_bins: int, bound: float, dtype: torch.dtype) -> Tensor:
-    """``t_j = -T + j * w`` at each of ``bins``."""
-    return bins.to(dtype).mul_(2.0 * bound / num_bins).sub_(bound)
+def _knots(num_bins: int, bound: float, device: torch.device) -> Tensor:
+    """The knots ``t_j = -T + j * w`` of the ``K`` bins, in float64."""
+    width = 2.0 * bound / num_bins
+    return torch.arange(num_bins, dtype=torch.float64, device=device) * width - bound
 
 
 def _at(values: Tensor, bins: Tensor) -> Tensor:
@@ -63,7 +64,7 @@ class PLIFFunction(torch.autograd.Function):
         # initialisation stays the identity (c = 0 exactly) even with 10^5 knots.
         exact = slopes.detach().double()
         cumulative = exact.cumsum(0)
-        knots = torch.arange(num_bins, dtype=torch.float64, device=x.device) * width - bound
+        knots = _knots(num_bins, bound, x.device)
         intercepts = (width * (cumulative - exact) - bound) - exact * knots
         ctx.save_for_backward(x, bins, slopes)
         ctx.bound = bound
@@ -83,7 +84,8 @@ class PLIFFunction(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             flat_bins = bins.reshape(-1)
             upstream = grad_out.reshape(-1)
-            offsets = x.detach().reshape(-1) - _knots(flat_bins, num_bins, ctx.bound, x.dtype)
+            knots = _knots(num_bins, ctx.bound, x.device).to(x.dtype)
+            offsets = x.detach().reshape(-1) - _at(knots, flat_bins)
             # Sums per bin in the gradient's dtype (float64 would convert every logit's
             # gradient first); the K-long sums below are float64.
             per_bin = upstream.new_zeros(num_bins).index_add_(0, flat_bins, upstream).double()
